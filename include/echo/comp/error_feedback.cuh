@@ -1,0 +1,29 @@
+// comp::error_feedback<Storage>: each rank keeps the error it injected on the last call of a
+// chain and adds it to its input on the next call, so errors telescope along the chain.
+#pragma once
+
+#include "../dtype.cuh"
+
+#include <type_traits>
+
+namespace echo::comp {
+
+/// Per element of its input, a rank owns exactly one error:
+///  - for a segment it sends: e = x' - D(Q(x'));
+///  - for its own segment:    e = S - out, the error of quantizing the sum (and of rounding it to
+///                            the output type).
+/// Summed over ranks that is exactly what the call lost, and the next call adds it back.
+/// Storage is float (exact) or bfloat16_t / half_t (half the state traffic; the stored error is
+/// rounded to nearest even).
+template <class Storage = float>
+struct error_feedback {
+  static_assert(std::is_same<Storage, float>::value || std::is_same<Storage, bfloat16_t>::value ||
+                    std::is_same<Storage, half_t>::value,
+                "echo::comp::error_feedback: Storage must be float, echo::bfloat16_t or echo::half_t");
+  static constexpr const char* name = "error_feedback";
+  static constexpr bool enabled = true;
+  static constexpr bool slow = false;
+  using storage = Storage;
+};
+
+}  // namespace echo::comp

@@ -1,0 +1,36 @@
+// How a message of n elements is cut into P owned segments. Shared by the reference and the
+// device so that both put the unquantized term and the error state on the same rank.
+#pragma once
+
+#include "../config.cuh"
+
+namespace echo::detail {
+
+/// Segments are whole granules (a granule is one quantization group, or 256 elements for the
+/// passthrough path) dealt out as evenly as possible: the first (granules % P) segments get one
+/// extra. Only the last granule of the message may be short.
+struct partition {
+  size_t n;
+  size_t granule;
+  int ranks;
+
+  ECHO_HOST_DEVICE size_t granules() const { return (n + granule - 1) / granule; }
+  ECHO_HOST_DEVICE size_t granule_begin(int j) const {
+    const size_t G = granules(), base = G / ranks, rem = G % ranks, jj = static_cast<size_t>(j);
+    return jj * base + (jj < rem ? jj : rem);
+  }
+  ECHO_HOST_DEVICE size_t begin(int j) const {
+    const size_t e = granule_begin(j) * granule;
+    return e < n ? e : n;
+  }
+  ECHO_HOST_DEVICE size_t end(int j) const { return begin(j + 1); }
+  ECHO_HOST_DEVICE size_t size(int j) const { return end(j) - begin(j); }
+};
+
+template <class Q>
+constexpr size_t granule_of() {
+  if constexpr (Q::passthrough) return 256;
+  else return static_cast<size_t>(Q::group);
+}
+
+}  // namespace echo::detail

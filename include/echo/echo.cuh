@@ -1,0 +1,26 @@
+// Echo: error-compensated low-bit all-reduce. Umbrella header.
+//
+// The host parts (quantizers, compensators, echo::reference) compile with any C++17 compiler;
+// the device path (communicator, transports, echo::all_reduce) is included under nvcc.
+#pragma once
+
+#include "config.cuh"
+#include "dtype.cuh"
+#include "error.cuh"
+
+#include "quant/naive_zero_point.cuh"
+#include "quant/none.cuh"
+#include "quant/packet.cuh"
+#include "quant/symmetric.cuh"
+#include "quant/zero_aware.cuh"
+
+#include "comp/error_feedback.cuh"
+#include "comp/none.cuh"
+#include "comp/two_timescale.cuh"
+
+#include "reference/all_reduce.cuh"
+#include "reference/chain_state.cuh"
+
+#if ECHO_HAS_CUDA
+#include "device.cuh"
+#endif

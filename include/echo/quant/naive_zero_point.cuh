@@ -1,0 +1,44 @@
+// naive_zero_point<Bits, Group>: min-max grid anchored at the group minimum (the ablation
+// baseline: zero is generally not on the grid).
+#pragma once
+
+#include "group_params.cuh"
+
+namespace echo::quant {
+
+/// lo_h = fp16_down(min x) (clamped to the finite fp16 range), s = fp16_up((max x - lo_h) / (2^b - 1)),
+/// q = clamp(rint((x - lo_h) / s)), x^ = lo_h + q s. Rounding lo down and s up keeps the whole
+/// group inside the grid. Wire: p0 = s, p1 = lo_h.
+template <int Bits, int Group>
+struct naive_zero_point : group_contract<Bits, Group> {
+  using base = group_contract<Bits, Group>;
+  static constexpr const char* name = "naive_zero_point";
+
+  ECHO_HD static wire_params fit(group_stats st) {
+    using namespace echo::detail;
+    if (!st.finite) return detail::non_finite_params;
+    uint16_t lo_bits = float_to_half_bits(st.lo, round_mode::down);
+    if ((lo_bits & 0x7FFFu) > half_max_finite) lo_bits = static_cast<uint16_t>((lo_bits & 0x8000u) | half_max_finite);
+    const float lo = half_bits_to_float(lo_bits);
+    const uint16_t s_bits = detail::scale_bits(div_rn(sub_rn(st.hi, lo), static_cast<float>(base::max_code)));
+    return {s_bits, lo_bits};
+  }
+
+  ECHO_HD static group_params unpack(wire_params w) {
+    return detail::widen(w, echo::detail::half_bits_to_float(w.p1));
+  }
+
+  ECHO_HD static uint32_t encode(float x, const group_params& p) {
+    using namespace echo::detail;
+    if (!p.finite) return 0;
+    return static_cast<uint32_t>(
+        clamp_code(rint_even(mul_rn(sub_rn(x, p.offset), p.inv)), static_cast<float>(base::max_code)));
+  }
+
+  ECHO_HD static float decode(uint32_t q, const group_params& p) {
+    using namespace echo::detail;
+    return add_rn(p.offset, mul_rn(static_cast<float>(q), p.scale));
+  }
+};
+
+}  // namespace echo::quant

@@ -1,0 +1,85 @@
+// packet<Q>: the wire layout of a run of groups, shared by the host codec and the device kernels.
+//
+//   [ codes of group 0 | codes of group 1 | ... | pad to 16 B ][ p0 p1 of group 0 | ... | pad to 16 B ]
+//
+// Codes of a group are g * b bits, a whole number of little-endian 32-bit words; value i of the
+// group sits at bits [i*b, (i+1)*b) counted from bit 0 of the group's first word, so a value may
+// straddle two words when b is 3 or 6. Parameters are fp16 bit patterns (p0 then p1), 4 bytes a
+// group. For b in {4, 8} and any g, and b = 2 with g >= 64, every group's codes start on a
+// 16-byte boundary, so a thread can write its share of a group with one 16-byte store. Padding
+// codes of a tail group shorter than g are 0 and never decoded.
+#pragma once
+
+#include "group_params.cuh"
+
+#include <cstring>
+
+namespace echo::quant {
+
+template <class Q>
+struct packet {
+  static_assert(!Q::passthrough, "echo::quant::packet: the none quantizer has no packet layout");
+  static constexpr int bits = Q::bits;
+  static constexpr int group = Q::group;
+  static constexpr size_t code_bytes = Q::code_bytes;
+  static constexpr size_t code_words = code_bytes / 4;
+
+  ECHO_HD static constexpr size_t align16(size_t b) { return (b + 15) & ~size_t(15); }
+  ECHO_HD static constexpr size_t groups_for(size_t values) { return (values + group - 1) / group; }
+  ECHO_HD static constexpr size_t codes_region(size_t groups) { return align16(groups * code_bytes); }
+  /// Bytes of a packet holding `groups` groups.
+  ECHO_HD static constexpr size_t bytes(size_t groups) { return codes_region(groups) + align16(groups * 4); }
+  ECHO_HD static constexpr size_t code_offset(size_t k) { return k * code_bytes; }
+  ECHO_HD static constexpr size_t param_offset(size_t groups, size_t k) { return codes_region(groups) + 4 * k; }
+
+  /// Code i (0 <= i < g) of a group's words.
+  ECHO_HD static uint32_t get_code(const uint32_t* words, int i) {
+    const int bit = i * bits, w = bit >> 5, off = bit & 31;
+    uint32_t v = words[w] >> off;
+    if (off + bits > 32) v |= words[w + 1] << (32 - off);
+    return v & Q::max_code;
+  }
+  /// Or code q into a group's words (the words must start zeroed).
+  ECHO_HD static void put_code(uint32_t* words, int i, uint32_t q) {
+    const int bit = i * bits, w = bit >> 5, off = bit & 31;
+    words[w] |= q << off;
+    if (off + bits > 32) words[w + 1] |= q >> (32 - off);
+  }
+
+  /// Host codec: quantize `count` values into a packet of groups_for(count) groups.
+  static void encode(const float* x, size_t count, void* out) {
+    const size_t groups = groups_for(count);
+    auto* base = static_cast<unsigned char*>(out);
+    for (size_t k = 0; k < groups; ++k) {
+      const size_t first = k * group, len = count - first < size_t(group) ? count - first : size_t(group);
+      group_stats st = group_stats::empty();
+      for (size_t i = 0; i < len; ++i) st.add(x[first + i]);
+      const wire_params w = Q::fit(st);
+      const group_params p = Q::unpack(w);
+      uint32_t words[code_words] = {};
+      for (size_t i = 0; i < len; ++i) put_code(words, static_cast<int>(i), Q::encode(x[first + i], p));
+      std::memcpy(base + code_offset(k), words, code_bytes);
+      std::memcpy(base + param_offset(groups, k), &w, 4);
+    }
+    const size_t pad = codes_region(groups) - groups * code_bytes;  // keep padding deterministic
+    std::memset(base + groups * code_bytes, 0, pad);
+    std::memset(base + codes_region(groups) + groups * 4, 0, bytes(groups) - codes_region(groups) - groups * 4);
+  }
+
+  /// Host codec: dequantize `count` values from a packet of groups_for(count) groups.
+  static void decode(const void* in, size_t count, float* x) {
+    const size_t groups = groups_for(count);
+    const auto* base = static_cast<const unsigned char*>(in);
+    for (size_t k = 0; k < groups; ++k) {
+      const size_t first = k * group, len = count - first < size_t(group) ? count - first : size_t(group);
+      wire_params w;
+      std::memcpy(&w, base + param_offset(groups, k), 4);
+      const group_params p = Q::unpack(w);
+      uint32_t words[code_words];
+      std::memcpy(words, base + code_offset(k), code_bytes);
+      for (size_t i = 0; i < len; ++i) x[first + i] = Q::decode(get_code(words, static_cast<int>(i)), p);
+    }
+  }
+};
+
+}  // namespace echo::quant

@@ -1,0 +1,43 @@
+// zero_aware<Bits, Group>: asymmetric grid whose integer zero point puts 0.0 exactly on it.
+#pragma once
+
+#include "group_params.cuh"
+
+namespace echo::quant {
+
+/// lo = min(min x, 0), hi = max(max x, 0), s = fp16_up((hi - lo) / (2^b - 1)),
+/// z = clamp(rint(-lo / s)), q = clamp(rint(x / s) + z), x^ = (q - z) s. Zero decodes to zero.
+/// Wire: p0 = s, p1 = z (an integer, exact in fp16).
+template <int Bits, int Group>
+struct zero_aware : group_contract<Bits, Group> {
+  using base = group_contract<Bits, Group>;
+  static constexpr const char* name = "zero_aware";
+
+  ECHO_HD static wire_params fit(group_stats st) {
+    using namespace echo::detail;
+    if (!st.finite) return detail::non_finite_params;
+    const float lo = fmin2(st.lo, 0.0f), hi = fmax2(st.hi, 0.0f);
+    const uint16_t s_bits = detail::scale_bits(div_rn(sub_rn(hi, lo), static_cast<float>(base::max_code)));
+    const group_params p = detail::widen({s_bits, 0}, 0.0f);
+    const float z = clamp_code(rint_even(mul_rn(-lo, p.inv)), static_cast<float>(base::max_code));
+    return {s_bits, float_to_half_bits(z)};
+  }
+
+  ECHO_HD static group_params unpack(wire_params w) {
+    return detail::widen(w, echo::detail::half_bits_to_float(w.p1));
+  }
+
+  ECHO_HD static uint32_t encode(float x, const group_params& p) {
+    using namespace echo::detail;
+    if (!p.finite) return 0;
+    return static_cast<uint32_t>(clamp_code(add_rn(rint_even(mul_rn(x, p.inv)), p.offset),
+                                            static_cast<float>(base::max_code)));
+  }
+
+  ECHO_HD static float decode(uint32_t q, const group_params& p) {
+    using namespace echo::detail;
+    return mul_rn(sub_rn(static_cast<float>(q), p.offset), p.scale);
+  }
+};
+
+}  // namespace echo::quant

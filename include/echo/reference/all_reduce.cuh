@@ -1,0 +1,169 @@
+// echo::reference::all_reduce: the Echo algorithm on the host over P simulated ranks.
+//
+// This is the specification the device path must match bit for bit; it is written to be read,
+// not to be fast. Per call, with x' = x + (stored error) on every rank:
+//   1. every rank i quantizes each segment j != i of x' and "sends" it to owner j;
+//   2. owner j sums, in fp32 and in rank order 0..P-1, its own x'[j] (never quantized) and the
+//      P-1 dequantized receipts, giving S;
+//   3. owner j quantizes S once, and every rank outputs the same dequantized code, rounded to T.
+// So each output value went through at most two quantizations, for any P.
+#pragma once
+
+#include "../comp/none.cuh"
+#include "../detail/fp_ops.cuh"
+#include "../detail/partition.cuh"
+#include "../dtype.cuh"
+#include "../error.cuh"
+#include "../quant/packet.cuh"
+#include "chain_state.cuh"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace echo::reference {
+
+/// D(Q(v)) for a run of values that starts on a group boundary, through the wire layout.
+template <class Quant, class T>
+std::vector<float> round_trip(const float* v, size_t len) {
+  std::vector<float> r(len);
+  if constexpr (Quant::passthrough) {
+    for (size_t k = 0; k < len; ++k) r[k] = element_traits<T>::to_float(element_traits<T>::from_float(v[k]));
+  } else {
+    using pk = quant::packet<Quant>;
+    std::vector<unsigned char> wire(pk::bytes(pk::groups_for(len)));
+    pk::encode(v, len, wire.data());
+    pk::decode(wire.data(), len, r.data());
+  }
+  return r;
+}
+
+template <class Quant, class Comp = comp::none>
+class all_reduce {
+ public:
+  using quantizer = Quant;
+  using compensator = Comp;
+  using chain = chain_state<Comp>;
+
+  explicit all_reduce(int ranks) : ranks_(ranks) {
+    ECHO_REQUIRE(ranks >= 1 && ranks <= 1024, "echo::reference::all_reduce", "ranks must be in [1, 1024]");
+  }
+  int ranks() const { return ranks_; }
+
+  /// in[r] and out[r] hold n elements of rank r (out[r] == in[r] is allowed). With a compensator
+  /// the chain is required. `quantizations`, if given, receives per element the number of
+  /// quantizations the output value went through (the same on every rank).
+  template <class T>
+  void operator()(const std::vector<const T*>& in, const std::vector<T*>& out, size_t n, chain* ch = nullptr,
+                  std::vector<uint8_t>* quantizations = nullptr) const {
+    static_assert(is_element<T>::value, "echo::reference::all_reduce: T must be float, echo::half_t or echo::bfloat16_t");
+    const char* call = "echo::reference::all_reduce";
+    const int P = ranks_;
+    ECHO_REQUIRE(in.size() == static_cast<size_t>(P) && out.size() == static_cast<size_t>(P), call,
+                 "expected " + std::to_string(P) + " input and output buffers, got " + std::to_string(in.size()) +
+                     " and " + std::to_string(out.size()));
+    for (int r = 0; r < P; ++r)
+      ECHO_REQUIRE(n == 0 || (in[r] && out[r]), call, "null buffer for rank " + std::to_string(r));
+    if (Comp::enabled) {
+      ECHO_REQUIRE(ch != nullptr, call, std::string("compensator ") + Comp::name + " needs a chain_state");
+      ECHO_REQUIRE(ch->ranks() == P, call, "chain_state has " + std::to_string(ch->ranks()) + " ranks, expected " + std::to_string(P));
+      ch->begin_call(n);
+    }
+    if (quantizations) quantizations->assign(n, 0);
+
+    if (P == 1) {  // nothing to reduce: an exact copy, as NCCL gives
+      if (n) std::memmove(out[0], in[0], n * sizeof(T));
+      if (Comp::enabled) ch->end_call();
+      return;
+    }
+
+    // Entry: x' = x + stored error (+ the site's slow estimate).
+    std::vector<std::vector<float>> xp(P, std::vector<float>(n));
+    for (int r = 0; r < P; ++r)
+      for (size_t k = 0; k < n; ++k) {
+        float v = element_traits<T>::to_float(in[r][k]);
+        if constexpr (Comp::enabled) v = detail::add_rn(v, ch->error(r, k));
+        xp[r][k] = v;
+      }
+    if constexpr (Comp::slow) add_slow(xp, n, *ch);
+
+    std::vector<std::vector<float>> err(Comp::enabled ? P : 0, std::vector<float>(n));
+    const detail::partition part{n, detail::granule_of<Quant>(), P};
+    for (int j = 0; j < P; ++j) {
+      const size_t b = part.begin(j), len = part.size(j);
+      if (len == 0) continue;
+      // 1. every other rank sends its quantized segment j
+      std::vector<std::vector<float>> recv(P);
+      for (int i = 0; i < P; ++i) {
+        if (i == j) continue;
+        recv[i] = round_trip<Quant, T>(&xp[i][b], len);
+        if (Comp::enabled)
+          for (size_t k = 0; k < len; ++k) err[i][b + k] = detail::sub_rn(xp[i][b + k], recv[i][k]);
+      }
+      // 2. the owner sums in rank order; its own term is exact
+      std::vector<float> S(len);
+      for (size_t k = 0; k < len; ++k) {
+        float acc = (j == 0) ? xp[0][b + k] : recv[0][k];
+        for (int i = 1; i < P; ++i) acc = detail::add_rn(acc, i == j ? xp[j][b + k] : recv[i][k]);
+        S[k] = acc;
+      }
+      // 3. one quantization of the sum, the same code for every rank
+      const std::vector<float> g = round_trip<Quant, T>(S.data(), len);
+      const int depth = Quant::passthrough ? 0 : 2;  // a receipt (1) summed, then the sum (2)
+      for (size_t k = 0; k < len; ++k) {
+        const T o = element_traits<T>::from_float(g[k]);
+        for (int r = 0; r < P; ++r) out[r][b + k] = o;
+        if (Comp::enabled) err[j][b + k] = detail::sub_rn(S[k], element_traits<T>::to_float(o));
+        if (quantizations) (*quantizations)[b + k] = static_cast<uint8_t>(depth);
+      }
+    }
+
+    if constexpr (Comp::enabled) {
+      if constexpr (Comp::slow) update_slow(err, n, *ch);
+      for (int r = 0; r < P; ++r)
+        for (size_t k = 0; k < n; ++k) ch->set_error(r, k, err[r][k]);
+      ch->end_call();
+    }
+  }
+
+  /// Runtime-dtype form for callers that hold a dtype value; throws on an unsupported one.
+  void operator()(dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n,
+                  chain* ch = nullptr, std::vector<uint8_t>* quantizations = nullptr) const {
+    dispatch_dtype(t, [&](auto tag) {
+      using T = decltype(tag);
+      std::vector<const T*> i(in.size());
+      std::vector<T*> o(out.size());
+      for (size_t r = 0; r < in.size(); ++r) i[r] = static_cast<const T*>(in[r]);
+      for (size_t r = 0; r < out.size(); ++r) o[r] = static_cast<T*>(out[r]);
+      (*this)(i, o, n, ch, quantizations);
+    });
+  }
+
+ private:
+  // two_timescale: add this site's per-channel estimate to every row.
+  static void add_slow(std::vector<std::vector<float>>& xp, size_t n, chain& ch) {
+    const size_t C = ch.channel_count(n);
+    ECHO_REQUIRE(n % C == 0, "echo::reference::all_reduce", "n must be a multiple of the chain's channel count");
+    for (size_t r = 0; r < xp.size(); ++r) {
+      const std::vector<float>& s = ch.slow(static_cast<int>(r), n);
+      for (size_t k = 0; k < n; ++k) xp[r][k] = detail::add_rn(xp[r][k], s[k % C]);
+    }
+  }
+  // two_timescale: fast state keeps e - s; s moves toward the per-channel mean of e.
+  static void update_slow(std::vector<std::vector<float>>& err, size_t n, chain& ch) {
+    const size_t C = ch.channel_count(n), rows = n / C;
+    for (size_t r = 0; r < err.size(); ++r) {
+      std::vector<float>& s = ch.slow(static_cast<int>(r), n);
+      std::vector<double> mean(C, 0.0);
+      for (size_t k = 0; k < n; ++k) mean[k % C] += err[r][k];
+      for (size_t k = 0; k < n; ++k) err[r][k] -= s[k % C];
+      for (size_t c = 0; c < C; ++c)
+        s[c] = Comp::decay * s[c] + (1.0f - Comp::decay) * static_cast<float>(mean[c] / static_cast<double>(rows));
+    }
+  }
+
+  int ranks_;
+};
+
+}  // namespace echo::reference
