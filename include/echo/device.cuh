@@ -1,0 +1,8 @@
+// The device path (nvcc only): communicator, transports, chain state and echo::all_reduce.
+#pragma once
+
+#include "all_reduce.cuh"
+#include "chain.cuh"
+#include "communicator.cuh"
+#include "dispatch_table.cuh"
+#include "transport/cuda_ipc.cuh"

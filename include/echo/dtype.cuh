@@ -59,7 +59,13 @@ struct element_traits<float> {
 template <>
 struct element_traits<half_t> {
   static constexpr dtype tag = dtype::f16;
-  ECHO_HD static float to_float(half_t x) { return detail::half_bits_to_float(x.bits); }
+  ECHO_HD static float to_float(half_t x) {
+#if ECHO_DEVICE_COMPILE
+    return __half2float(__ushort_as_half(x.bits));
+#else
+    return detail::half_bits_to_float(x.bits);
+#endif
+  }
   ECHO_HD static half_t from_float(float x) {
 #if ECHO_DEVICE_COMPILE
     return half_t{__half_as_ushort(__float2half_rn(x))};
@@ -97,6 +103,24 @@ struct element_traits<__nv_bfloat16> {
   ECHO_HD static __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
 };
 #endif
+
+/// The plain storage type Echo instantiates its kernels for (CUDA's types map onto ours).
+template <class T>
+struct storage_of {
+  using type = T;
+};
+#if ECHO_HAS_CUDA
+template <>
+struct storage_of<__half> {
+  using type = half_t;
+};
+template <>
+struct storage_of<__nv_bfloat16> {
+  using type = bfloat16_t;
+};
+#endif
+template <class T>
+using storage_of_t = typename storage_of<T>::type;
 
 template <class T, class = void>
 struct is_element : std::false_type {};

@@ -1,0 +1,217 @@
+// The Echo pipeline as one persistent kernel per round: push (entry), reduce, gather.
+//
+// Block b of every rank takes work items b, b + grid, ... of each stage in turn:
+//   A. push:   for each peer j and tile t of j's segment: x' = x + c, quantize, store the packet
+//              into j's recv slot for this rank, publish recv_flag; (fused) store the send error.
+//   B. reduce: for each tile t of this rank's segment: wait for all P-1 recv flags, sum in rank
+//              order 0..P-1 in fp32 (own term exact), quantize the sum once, push the packet into
+//              every peer's gather slot, publish; write the own output and the own error.
+//   C. gather: for each peer j and tile t of j's segment: wait for j's gather flag, dequantize,
+//              write the output.
+// A block only ever waits for work of peer blocks that has no dependency of its own (A before B,
+// B before C on every block), so a grid no larger than what is co-resident cannot deadlock.
+// Slot reuse across launches is safe without extra flags: a rank leaves a launch only after all
+// its gathers arrived, which every owner sends only after reading its recv slots.
+#pragma once
+
+#include "../detail/partition.cuh"
+#include "../detail/sync.cuh"
+#include "../error.cuh"
+#include "kernel_params.cuh"
+#include "tile_codec.cuh"
+
+namespace echo::collective {
+
+#if ECHO_HAS_CUDA
+
+namespace detail {
+
+/// [begin, begin + len) of segment j handled in this round.
+template <class T, class S>
+__device__ __forceinline__ void round_range(const kernel_params<T, S>& p, const echo::detail::partition& part, int j,
+                                            size_t& begin, size_t& len) {
+  const size_t sb = part.begin(j), se = part.end(j), b = sb + p.round_offset;
+  begin = b < se ? b : se;
+  len = b < se ? (se - b < p.round_len ? se - b : p.round_len) : 0;
+}
+
+__device__ __forceinline__ int valid_count(size_t first, size_t end, int V) {
+  return first >= end ? 0 : (end - first < static_cast<size_t>(V) ? static_cast<int>(end - first) : V);
+}
+
+__device__ __noinline__ void give_up(uint32_t* sync, int* host_status, int* s_fail) {
+  *s_fail = 1;
+  atomicExch(sync + 2, 1u);  // stop this rank's other blocks
+  *reinterpret_cast<volatile int*>(host_status) = static_cast<int>(status::timeout);
+  __threadfence_system();
+}
+
+}  // namespace detail
+
+template <class Q, class T, class S, bool Comp, int Threads>
+__global__ void __launch_bounds__(Threads) pipeline_kernel(const kernel_params<T, S> p) {
+  using codec = tile_codec<Q, T>;
+  constexpr int V = codec::V;
+  constexpr size_t tile_elems = static_cast<size_t>(Threads) * V;
+  __shared__ uint32_t s_epoch;
+  __shared__ int s_fail;
+  const int t = threadIdx.x;
+  uint32_t* const sync = p.sync();
+  if (t == 0) {
+    s_epoch = *reinterpret_cast<volatile uint32_t*>(sync) + 1;
+    s_fail = 0;
+  }
+  __syncthreads();
+  const uint32_t epoch = s_epoch;
+  const int P = p.ranks, me = p.rank;
+  const workspace_layout& L = p.layout;
+  const echo::detail::partition part{p.n, p.granule, P};
+  size_t b0, len0;
+  detail::round_range(p, part, 0, b0, len0);  // segment 0 is never shorter than the others
+  const size_t tmax = (len0 + tile_elems - 1) / tile_elems;
+  const size_t spread = static_cast<size_t>(P - 1) * tmax;
+
+  // A. push
+  for (size_t k = blockIdx.x; k < spread; k += gridDim.x) {
+    const int j = (me + 1 + static_cast<int>(k % (P - 1))) % P;
+    const size_t tile = k / (P - 1);
+    size_t b, len;
+    detail::round_range(p, part, j, b, len);
+    if (tile * tile_elems >= len) continue;
+    const size_t first = b + tile * tile_elems + static_cast<size_t>(t) * V;
+    const int valid = detail::valid_count(first, b + len, V);
+    float x[V], dq[V];
+    echo::detail::load_floats<T, V>(p.in + first, valid, x);
+    if constexpr (Comp) {
+      float c[V];
+      echo::detail::load_floats<S, V>(p.state + first, valid, c);
+#pragma unroll
+      for (int i = 0; i < V; ++i) x[i] = echo::detail::add_rn(x[i], c[i]);
+    }
+    unsigned char* const dst = p.peer[j];
+    codec::encode(x, valid, &dst, 1, -1, L.recv_slot(me, tile), Threads, t, dq);
+    if constexpr (Comp) {
+      if (p.fuse_send_state) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
+        echo::detail::store_floats<S, V>(p.state + first, valid, dq);
+      }
+    }
+    __syncthreads();
+    if (t == 0) echo::detail::store_release_sys(reinterpret_cast<uint32_t*>(p.peer[j] + L.recv_flag(me, tile)), epoch);
+  }
+
+  // B. reduce the own segment
+  {
+    size_t b, len;
+    detail::round_range(p, part, me, b, len);
+    const size_t tiles = (len + tile_elems - 1) / tile_elems;
+    for (size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      if (t == 0) {
+        for (int i = 0; i < P && !s_fail; ++i)
+          if (i != me && !echo::detail::wait_flag(reinterpret_cast<const uint32_t*>(p.local + L.recv_flag(i, tile)),
+                                                  epoch, sync + 2, p.spin_limit_ns))
+            detail::give_up(sync, p.status, &s_fail);
+      }
+      __syncthreads();
+      if (s_fail) break;
+      const size_t first = b + tile * tile_elems + static_cast<size_t>(t) * V;
+      const int valid = detail::valid_count(first, b + len, V);
+      float acc[V];
+      for (int i = 0; i < P; ++i) {
+        float term[V];
+        if (i == me) {  // the owner's own term: x' = x + c, never quantized
+          echo::detail::load_floats<T, V>(p.in + first, valid, term);
+          if constexpr (Comp) {
+            float c[V];
+            echo::detail::load_floats<S, V>(p.state + first, valid, c);
+#pragma unroll
+            for (int v = 0; v < V; ++v) term[v] = echo::detail::add_rn(term[v], c[v]);
+          }
+        } else {
+          codec::decode(p.local + L.recv_slot(i, tile), Threads, t, term);
+        }
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[v] = i == 0 ? term[v] : echo::detail::add_rn(acc[v], term[v]);
+      }
+      float dq[V];
+      codec::encode(acc, valid, p.peer, P, me, L.gather_slot(me, tile), Threads, t, dq);
+      echo::detail::store_floats<T, V>(p.out + first, valid, dq);
+      if constexpr (Comp) {
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+          dq[v] = echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v])));
+        echo::detail::store_floats<S, V>(p.state + first, valid, dq);
+      }
+      __syncthreads();
+      if (t == 0)
+        for (int j = 0; j < P; ++j)
+          if (j != me)
+            echo::detail::store_release_sys(reinterpret_cast<uint32_t*>(p.peer[j] + L.gather_flag(me, tile)), epoch);
+    }
+  }
+
+  // C. gather the other segments
+  if (!s_fail) {
+    for (size_t k = blockIdx.x; k < spread; k += gridDim.x) {
+      const int j = (me + 1 + static_cast<int>(k % (P - 1))) % P;
+      const size_t tile = k / (P - 1);
+      size_t b, len;
+      detail::round_range(p, part, j, b, len);
+      if (tile * tile_elems >= len) continue;
+      if (t == 0 && !echo::detail::wait_flag(reinterpret_cast<const uint32_t*>(p.local + L.gather_flag(j, tile)), epoch,
+                                             sync + 2, p.spin_limit_ns))
+        detail::give_up(sync, p.status, &s_fail);
+      __syncthreads();
+      if (s_fail) break;
+      const size_t first = b + tile * tile_elems + static_cast<size_t>(t) * V;
+      const int valid = detail::valid_count(first, b + len, V);
+      float v[V];
+      codec::decode(p.local + L.gather_slot(j, tile), Threads, t, v);
+      echo::detail::store_floats<T, V>(p.out + first, valid, v);
+    }
+  }
+
+  // The last block to finish advances the epoch for the next launch. Every block read the
+  // epoch before counting itself done, so none can see the new value in this launch.
+  __syncthreads();
+  if (t == 0) {
+    __threadfence();
+    if (atomicAdd(sync + 1, 1u) == gridDim.x - 1) {
+      sync[1] = 0;
+      *reinterpret_cast<volatile uint32_t*>(sync) = epoch;
+    }
+  }
+}
+
+/// Deferred compensation: the send errors e = x' - D(Q(x')) of the segments this rank does not
+/// own, recomputed from the same input and state (quantization is deterministic, so the codes
+/// are the ones the pipeline sent). Needs the input unchanged since the call.
+template <class Q, class T, class S, int Threads>
+__global__ void __launch_bounds__(Threads) send_error_kernel(const T* in, S* state, size_t n, size_t granule, int rank, int ranks) {
+  using codec = tile_codec<Q, T>;
+  constexpr int V = codec::V;
+  constexpr size_t tile_elems = static_cast<size_t>(Threads) * V;
+  const echo::detail::partition part{n, granule, ranks};
+  for (int j = 0; j < ranks; ++j) {
+    if (j == rank) continue;
+    const size_t b = part.begin(j), len = part.size(j), tiles = (len + tile_elems - 1) / tile_elems;
+    for (size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const size_t first = b + tile * tile_elems + static_cast<size_t>(threadIdx.x) * V;
+      const int valid = detail::valid_count(first, b + len, V);
+      float x[V], c[V], dq[V];
+      echo::detail::load_floats<T, V>(in + first, valid, x);
+      echo::detail::load_floats<S, V>(state + first, valid, c);
+#pragma unroll
+      for (int i = 0; i < V; ++i) x[i] = echo::detail::add_rn(x[i], c[i]);
+      codec::encode(x, valid, nullptr, 0, -1, 0, Threads, threadIdx.x, dq);
+#pragma unroll
+      for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
+      echo::detail::store_floats<S, V>(state + first, valid, dq);
+    }
+  }
+}
+
+#endif
+
+}  // namespace echo::collective
