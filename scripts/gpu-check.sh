@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Build Echo on a GPU machine, run every test and the benchmark in one go; logs go to $OUT
+# (the device tool's output folder) or ./gpu-logs.
+#
+#   scripts/gpu-check.sh                 build + all tests + benchmark
+#   ECHO_STAGES="build test" scripts/gpu-check.sh
+#   ECHO_BENCH_ARGS="--benchmark_filter=int4" scripts/gpu-check.sh
+#
+# NCCL's multicast switches (NCCL_NVLS_ENABLE=0 on our machines) are left exactly as found.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-$root/gpu-logs}
+build=${ECHO_BUILD_DIR:-$root/build-gpu}
+stages=${ECHO_STAGES:-build test bench}
+mkdir -p "$out"
+cd "$root" || exit 1
+
+{
+  date -u
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+  nvidia-smi topo -m
+  env | grep -E '^(NCCL|CUDA)_' | sort
+} >"$out/machine.txt" 2>&1
+cat "$out/machine.txt"
+
+rc=0
+if [[ $stages == *build* ]]; then
+  gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+  cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/configure.log" 2>&1 || { tail -50 "$out/configure.log"; exit 1; }
+  start=$SECONDS
+  cmake --build "$build" -j"$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -40; tail -20 "$out/build.log"; exit 1; }
+  echo "build: $((SECONDS - start)) s"
+fi
+if [[ $stages == *test* ]]; then
+  ctest --test-dir "$build" --output-on-failure -j4 ${ECHO_CTEST_ARGS:-} 2>&1 | tee "$out/ctest.log" | grep -vE "^\s+Start " | tail -60
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+fi
+if [[ $stages == *bench* ]]; then
+  "$build/benchmark/echo_bench" --benchmark_out="$out/bench.json" --benchmark_out_format=json ${ECHO_BENCH_ARGS:-} \
+    >"$out/bench.log" 2>&1 || rc=1
+  tail -40 "$out/bench.log"
+fi
+exit $rc

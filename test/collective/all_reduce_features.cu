@@ -1,0 +1,189 @@
+// echo::all_reduce beyond the sweep: chains, in place, deferred state, CUDA graphs, concurrent
+// chains, size dispatch, timeouts and invalid arguments. Every result is checked against
+// echo::reference bit for bit.
+#include "support/gpu_harness.cuh"
+
+#include <chrono>
+
+using namespace echo_test;
+using za4 = echo::quant::zero_aware<4, 128>;
+using ef16 = echo::comp::error_feedback<echo::bfloat16_t>;
+using ef32 = echo::comp::error_feedback<float>;
+using bf16 = echo::bfloat16_t;
+
+TEST_CASE("20 calls on one error_feedback chain follow the reference chain") {
+  reference_check<za4, ef32, bf16> a(100003);
+  for (int k = 0; k < 20; ++k) a.step(100003);
+  reference_check<za4, ef16, echo::half_t> b(100003);
+  for (int k = 0; k < 20; ++k) b.step(100003);
+}
+
+TEST_CASE("a shape change resets the chain, as in the reference") {
+  reference_check<za4, ef16, bf16> rc(50000);
+  rc.step(50000);
+  rc.step(50000);
+  rc.step(4097);
+  rc.step(50000);
+}
+
+TEST_CASE("in place equals out of place") {
+  echo::all_reduce_options opt;
+  opt.workspace_bytes = size_t(1) << 20;  // and stream through the workspace in rounds
+  reference_check<za4, ef16, bf16> rc(1000003, opt);
+  for (int k = 0; k < 3; ++k) rc.step(1000003, /*in_place=*/true);
+  rc.step(4097, true);
+  reference_check<echo::quant::none, echo::comp::none, float> exact(77777);
+  exact.step(77777, true);
+}
+
+TEST_CASE("deferred state update gives the fused result") {
+  reference_check<za4, ef16, bf16> rc(300001);
+  for (int k = 0; k < 5; ++k) rc.step(300001, false, echo::state_update::deferred);
+  reference_check<echo::quant::symmetric<8, 32>, ef32, float> rc2(4097);
+  for (int k = 0; k < 3; ++k) rc2.step(4097, false, echo::state_update::deferred);
+}
+
+TEST_CASE("quant::none: the exact fp32 sum, rounded once") {
+  reference_check<echo::quant::none, echo::comp::none, float> f(262147);
+  f.step(262147);
+  reference_check<echo::quant::none, ef16, bf16> b(262147);
+  for (int k = 0; k < 3; ++k) b.step(262147);
+}
+
+TEST_CASE("other bit widths: 2, 3 and 6 bits") {
+  reference_check<echo::quant::zero_aware<2, 64>, ef16, bf16> a(70001);
+  a.step(70001);
+  reference_check<echo::quant::zero_aware<3, 32>, ef16, bf16> b(70001);
+  b.step(70001);
+  reference_check<echo::quant::naive_zero_point<6, 256>, echo::comp::none, echo::half_t> c(70001);
+  c.step(70001);
+}
+
+TEST_CASE("CUDA graph capture, then 100 replays with fresh inputs") {
+  const size_t n = 65537;
+  reference_check<za4, ef16, bf16> rc(n);
+  rc.step(n);  // the chain's shape is set outside the graph
+  const int P = rc.ranks();
+  std::vector<cudaGraphExec_t> execs(P);
+  for (int r = 0; r < P; ++r) {
+    ECHO_TEST_CUDA(cudaSetDevice(r));
+    cudaGraph_t g;
+    ECHO_TEST_CUDA(cudaStreamBeginCapture(rc.stream(r), cudaStreamCaptureModeThreadLocal));
+    const echo::status s = rc.ar(r)(rc.in(r).ptr, rc.out(r).ptr, n, rc.stream(r), rc.chain(r));
+    ECHO_TEST_CUDA(cudaStreamEndCapture(rc.stream(r), &g));
+    REQUIRE(s == echo::status::success);
+    ECHO_TEST_CUDA(cudaGraphInstantiate(&execs[r], g, 0));
+    ECHO_TEST_CUDA(cudaGraphDestroy(g));
+  }
+  for (int it = 0; it < 100; ++it) {
+    const auto host_in = rc.upload_random(n);
+    for (int r = 0; r < P; ++r) {
+      ECHO_TEST_CUDA(cudaSetDevice(r));
+      ECHO_TEST_CUDA(cudaGraphLaunch(execs[r], rc.stream(r)));
+    }
+    rc.finish(host_in, n);
+  }
+  for (int r = 0; r < P; ++r) {
+    cudaSetDevice(r);
+    cudaGraphExecDestroy(execs[r]);
+  }
+}
+
+TEST_CASE("two chains interleaved on two streams") {
+  reference_check<za4, ef16, bf16> a(200003);
+  reference_check<echo::quant::zero_aware<8, 128>, ef32, bf16> b(150001);
+  for (int k = 0; k < 6; ++k) {
+    const auto ia = a.upload_random(200003);
+    const auto ib = b.upload_random(150001);
+    a.launch(200003);
+    b.launch(150001);  // in flight together with a's call
+    a.finish(ia, 200003);
+    b.finish(ib, 150001);
+  }
+}
+
+TEST_CASE("size dispatch: small calls take the 16-bit path, large ones the quantized path") {
+  echo::all_reduce_options opt;
+  opt.passthrough_below_bytes = 1 << 20;
+  opt.nccl_below_bytes = 0;
+  reference_check<za4, echo::comp::none, bf16> rc(1000003, opt);
+  CHECK(rc.ar(0).passthrough_below_bytes() == (1u << 20));
+  rc.step(1000003);  // 2 MB: quantized, checked against reference<zero_aware>
+  // 8 KB: the none path; compare with reference<none>.
+  reference_check<echo::quant::none, echo::comp::none, bf16> exact(4097);
+  const auto host_in = rc.upload_random(4097);
+  for (int r = 0; r < rc.ranks(); ++r)
+    REQUIRE(rc.ar(r)(rc.in(r).ptr, rc.out(r).ptr, size_t(4097), rc.stream(r)) == echo::status::success);
+  for (int r = 0; r < rc.ranks(); ++r) {
+    ECHO_TEST_CUDA(cudaSetDevice(r));
+    ECHO_TEST_CUDA(cudaStreamSynchronize(rc.stream(r)));
+  }
+  std::vector<std::vector<bf16>> want(rc.ranks(), std::vector<bf16>(4097));
+  std::vector<const bf16*> ri;
+  std::vector<bf16*> ro;
+  for (int r = 0; r < rc.ranks(); ++r) ri.push_back(host_in[r].data()), ro.push_back(want[r].data());
+  echo::reference::all_reduce<echo::quant::none>(rc.ranks())(ri, ro, 4097);
+  for (int r = 0; r < rc.ranks(); ++r) CHECK(first_mismatch(rc.out(r).download(4097), want[r]) == -1);
+}
+
+TEST_CASE("the runtime-dtype call equals the typed call") {
+  reference_check<za4, ef16, bf16> rc(9999);
+  for (int k = 0; k < 2; ++k) {
+    const auto host_in = rc.upload_random(9999);
+    for (int r = 0; r < rc.ranks(); ++r)
+      REQUIRE(rc.ar(r)(echo::dtype::bf16, rc.in(r).ptr, rc.out(r).ptr, 9999, rc.stream(r), rc.chain(r)) ==
+              echo::status::success);
+    rc.finish(host_in, 9999);
+  }
+}
+
+TEST_CASE("invalid arguments are rejected without a launch, and the object stays usable") {
+  reference_check<za4, ef16, bf16> rc(10000);
+  auto& ar = rc.ar(0);
+  bf16* in = rc.in(0).ptr;
+  bf16* out = rc.out(0).ptr;
+  cudaStream_t s = rc.stream(0);
+  using st = echo::status;
+  CHECK(ar(static_cast<const bf16*>(nullptr), out, 100, s, rc.chain(0)) == st::invalid_argument);
+  CHECK(ar(in, static_cast<bf16*>(nullptr), 100, s, rc.chain(0)) == st::invalid_argument);
+  CHECK(ar(in + 1, out, 100, s, rc.chain(0)) == st::invalid_argument);  // 2-byte misaligned
+  CHECK(ar(in, out + 3, 100, s, rc.chain(0)) == st::invalid_argument);
+  CHECK(ar(in, out, 10001, s, rc.chain(0)) == st::invalid_argument);  // above max_elements
+  CHECK(ar(in, out, 100, s, nullptr) == st::invalid_argument);        // error_feedback needs a chain
+  echo::chain<ef16> small(10);
+  CHECK(ar(in, out, 100, s, &small) == st::invalid_argument);        // chain too small
+  CHECK(ar(in, in, 100, s, rc.chain(0), echo::state_update::deferred) == st::invalid_argument);
+  CHECK(ar(static_cast<echo::dtype>(7), in, out, 100, s, rc.chain(0)) == st::invalid_argument);
+  CHECK(ar(in, out, 0, s, rc.chain(0)) == st::success);  // n = 0: nothing to do
+  CHECK(cudaGetLastError() == cudaSuccess);            // no sticky error left behind
+  for (int k = 0; k < 2; ++k) rc.step(10000);          // still works, and the chain is intact
+}
+
+TEST_CASE("a call that only one rank makes times out within the spin limit, then reports poisoned") {
+  echo::all_reduce_options opt;
+  opt.spin_limit_seconds = 0.5;
+  reference_check<za4, echo::comp::none, bf16> rc(100000, opt);
+  rc.step(100000);  // a good call first
+  auto& ar = rc.ar(0);
+  ECHO_TEST_CUDA(cudaSetDevice(0));
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(ar(rc.in(0).ptr, rc.out(0).ptr, 100000, rc.stream(0)) == echo::status::success);  // launched
+  ECHO_TEST_CUDA(cudaStreamSynchronize(rc.stream(0)));  // returns: no hang
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(ar.check() == echo::status::timeout);
+  CHECK(secs < 5.0);
+  CHECK(ar(rc.in(0).ptr, rc.out(0).ptr, 100000, rc.stream(0)) == echo::status::poisoned);
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
+
+TEST_CASE("one rank: an exact copy") {
+  auto comms = echo::communicator::local({0}, false);
+  echo::all_reduce<za4> ar(comms[0], 1000);
+  std::mt19937_64 rng(seed());
+  const auto h = random_input<bf16>(rng, 1000);
+  device_buffer<bf16> in(0, 1000), out(0, 1000);
+  in.upload(h);
+  REQUIRE(ar(in.ptr, out.ptr, 1000, nullptr) == echo::status::success);
+  ECHO_TEST_CUDA(cudaDeviceSynchronize());
+  CHECK(first_mismatch(out.download(1000), h) == -1);
+}
