@@ -194,7 +194,7 @@ class all_reduce {
   status launch(const E* in, E* out, size_t n, cudaStream_t stream, storage* st, state_update mode) {
     using codec = collective::tile_codec<Q, E>;
     constexpr size_t tile_elems = static_cast<size_t>(threads) * codec::V;
-    auto kernel = collective::pipeline_kernel<Q, E, storage, Comp::enabled, threads>;
+    constexpr auto kernel = collective::pipeline_kernel<Q, E, storage, Comp::enabled, threads>;
     const int P = comm_.size();
     collective::kernel_params<E, storage> p{};
     p.in = in;
@@ -215,7 +215,7 @@ class all_reduce {
     const size_t seg0 = detail::partition{n, p.granule, P}.size(0);
     const size_t rounds = (seg0 + p.round_len - 1) / p.round_len;
     const size_t tiles = std::min(p.layout.tiles, (seg0 + tile_elems - 1) / tile_elems);
-    const int grid = static_cast<int>(std::min<size_t>(max_grid(kernel), std::max<size_t>(1, (P - 1) * tiles)));
+    const int grid = static_cast<int>(std::min<size_t>(max_grid<kernel>(), std::max<size_t>(1, (P - 1) * tiles)));
     for (size_t r = 0; r < rounds; ++r) {
       p.round_offset = r * p.round_len;
       kernel<<<grid, threads, 0, stream>>>(p);
@@ -225,20 +225,24 @@ class all_reduce {
 
   template <class Q, class E>
   status launch_update(const E* in, size_t n, cudaStream_t stream, storage* st) {
-    auto kernel = collective::send_error_kernel<Q, E, storage, threads>;
-    kernel<<<max_grid(kernel), threads, 0, stream>>>(in, st, n, detail::granule_of<Q>(), comm_.rank(), comm_.size());
+    constexpr auto kernel = collective::send_error_kernel<Q, E, storage, threads>;
+    kernel<<<max_grid<kernel>(), threads, 0, stream>>>(in, st, n, detail::granule_of<Q>(), comm_.rank(), comm_.size());
     return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
   }
 
   /// Co-resident blocks of a kernel on this GPU (a larger grid could deadlock on peer flags).
-  template <class K>
-  int max_grid(K kernel) const {
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess) {
-      (void)cudaGetLastError();
-      per_sm = 1;
-    }
-    return std::max(1, std::min(per_sm, Policy::max_blocks_per_sm)) * sms_;
+  /// Computed once per kernel: Echo assumes the GPUs of a node are of one model.
+  template <auto Kernel>
+  int max_grid() const {
+    static const int per_sm = [] {
+      int b = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, Kernel, threads, 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        b = 1;
+      }
+      return std::max(1, std::min(b, Policy::max_blocks_per_sm));
+    }();
+    return per_sm * sms_;
   }
 
   communicator comm_;

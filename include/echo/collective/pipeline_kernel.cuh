@@ -48,11 +48,77 @@ __device__ __noinline__ void give_up(uint32_t* sync, int* host_status, int* s_fa
 
 }  // namespace detail
 
+/// The three per-tile stages, shared by the fused kernel (cuda_ipc) and the staged kernels
+/// (nccl). `first` is the thread's first element, `valid` how many of its V are present.
+template <class Q, class T, class S, bool Comp, int Threads>
+struct tile_stages {
+  using codec = tile_codec<Q, T>;
+  static constexpr int V = codec::V;
+  static constexpr size_t tile_elems = static_cast<size_t>(Threads) * V;
+
+  /// x' = x + c (the stored error of the chain).
+  __device__ __forceinline__ static void entry(const T* in, const S* state, size_t first, int valid, float (&x)[V]) {
+    echo::detail::load_floats<T, V>(in + first, valid, x);
+    if constexpr (Comp) {
+      float c[V];
+      echo::detail::load_floats<S, V>(state + first, valid, c);
+#pragma unroll
+      for (int i = 0; i < V; ++i) x[i] = echo::detail::add_rn(x[i], c[i]);
+    }
+  }
+
+  /// A: quantize x' into the packet at dst + offset; store the send error when asked.
+  __device__ __forceinline__ static void push(const T* in, S* state, bool store_error, size_t first, int valid,
+                                              unsigned char* dst, size_t offset, int t) {
+    float x[V], dq[V];
+    entry(in, state, first, valid, x);
+    codec::encode(x, valid, &dst, 1, -1, offset, Threads, t, dq);
+    if constexpr (Comp) {
+      if (store_error) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
+        echo::detail::store_floats<S, V>(state + first, valid, dq);
+      }
+    }
+  }
+
+  /// B: S = sum over ranks 0..P-1 of (own x' | receipt from recv0 + i * recv_stride), one
+  /// quantization into the packets at bases[d] + offset (d != skip), own output and error.
+  __device__ __forceinline__ static void reduce(const T* in, T* out, S* state, size_t first, int valid, int me, int P,
+                                                const unsigned char* recv0, size_t recv_stride,
+                                                unsigned char* const* bases, int nbases, int skip, size_t offset, int t) {
+    float acc[V];
+    for (int i = 0; i < P; ++i) {
+      float term[V];
+      if (i == me) entry(in, state, first, valid, term);  // the owner's own term is never quantized
+      else codec::decode(recv0 + i * recv_stride, Threads, t, term);
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[v] = i == 0 ? term[v] : echo::detail::add_rn(acc[v], term[v]);
+    }
+    float dq[V];
+    codec::encode(acc, valid, bases, nbases, skip, offset, Threads, t, dq);
+    echo::detail::store_floats<T, V>(out + first, valid, dq);
+    if constexpr (Comp) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        dq[v] = echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v])));
+      echo::detail::store_floats<S, V>(state + first, valid, dq);
+    }
+  }
+
+  /// C: dequantize an owner's packet into the output.
+  __device__ __forceinline__ static void gather(const unsigned char* packet, T* out, size_t first, int valid, int t) {
+    float v[V];
+    codec::decode(packet, Threads, t, v);
+    echo::detail::store_floats<T, V>(out + first, valid, v);
+  }
+};
+
 template <class Q, class T, class S, bool Comp, int Threads>
 __global__ void __launch_bounds__(Threads) pipeline_kernel(const kernel_params<T, S> p) {
-  using codec = tile_codec<Q, T>;
-  constexpr int V = codec::V;
-  constexpr size_t tile_elems = static_cast<size_t>(Threads) * V;
+  using stages = tile_stages<Q, T, S, Comp, Threads>;
+  constexpr int V = stages::V;
+  constexpr size_t tile_elems = stages::tile_elems;
   __shared__ uint32_t s_epoch;
   __shared__ int s_fail;
   const int t = threadIdx.x;
@@ -80,23 +146,7 @@ __global__ void __launch_bounds__(Threads) pipeline_kernel(const kernel_params<T
     if (tile * tile_elems >= len) continue;
     const size_t first = b + tile * tile_elems + static_cast<size_t>(t) * V;
     const int valid = detail::valid_count(first, b + len, V);
-    float x[V], dq[V];
-    echo::detail::load_floats<T, V>(p.in + first, valid, x);
-    if constexpr (Comp) {
-      float c[V];
-      echo::detail::load_floats<S, V>(p.state + first, valid, c);
-#pragma unroll
-      for (int i = 0; i < V; ++i) x[i] = echo::detail::add_rn(x[i], c[i]);
-    }
-    unsigned char* const dst = p.peer[j];
-    codec::encode(x, valid, &dst, 1, -1, L.recv_slot(me, tile), Threads, t, dq);
-    if constexpr (Comp) {
-      if (p.fuse_send_state) {
-#pragma unroll
-        for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
-        echo::detail::store_floats<S, V>(p.state + first, valid, dq);
-      }
-    }
+    stages::push(p.in, p.state, p.fuse_send_state, first, valid, p.peer[j], L.recv_slot(me, tile), t);
     __syncthreads();
     if (t == 0) echo::detail::store_release_sys(reinterpret_cast<uint32_t*>(p.peer[j] + L.recv_flag(me, tile)), epoch);
   }
@@ -117,32 +167,8 @@ __global__ void __launch_bounds__(Threads) pipeline_kernel(const kernel_params<T
       if (s_fail) break;
       const size_t first = b + tile * tile_elems + static_cast<size_t>(t) * V;
       const int valid = detail::valid_count(first, b + len, V);
-      float acc[V];
-      for (int i = 0; i < P; ++i) {
-        float term[V];
-        if (i == me) {  // the owner's own term: x' = x + c, never quantized
-          echo::detail::load_floats<T, V>(p.in + first, valid, term);
-          if constexpr (Comp) {
-            float c[V];
-            echo::detail::load_floats<S, V>(p.state + first, valid, c);
-#pragma unroll
-            for (int v = 0; v < V; ++v) term[v] = echo::detail::add_rn(term[v], c[v]);
-          }
-        } else {
-          codec::decode(p.local + L.recv_slot(i, tile), Threads, t, term);
-        }
-#pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] = i == 0 ? term[v] : echo::detail::add_rn(acc[v], term[v]);
-      }
-      float dq[V];
-      codec::encode(acc, valid, p.peer, P, me, L.gather_slot(me, tile), Threads, t, dq);
-      echo::detail::store_floats<T, V>(p.out + first, valid, dq);
-      if constexpr (Comp) {
-#pragma unroll
-        for (int v = 0; v < V; ++v)
-          dq[v] = echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v])));
-        echo::detail::store_floats<S, V>(p.state + first, valid, dq);
-      }
+      stages::reduce(p.in, p.out, p.state, first, valid, me, P, p.local + L.recv_slot(0, tile), L.slot_bytes(), p.peer, P,
+                     me, L.gather_slot(me, tile), t);
       __syncthreads();
       if (t == 0)
         for (int j = 0; j < P; ++j)
@@ -166,9 +192,7 @@ __global__ void __launch_bounds__(Threads) pipeline_kernel(const kernel_params<T
       if (s_fail) break;
       const size_t first = b + tile * tile_elems + static_cast<size_t>(t) * V;
       const int valid = detail::valid_count(first, b + len, V);
-      float v[V];
-      codec::decode(p.local + L.gather_slot(j, tile), Threads, t, v);
-      echo::detail::store_floats<T, V>(p.out + first, valid, v);
+      stages::gather(p.local + L.gather_slot(j, tile), p.out, first, valid, t);
     }
   }
 
@@ -189,9 +213,9 @@ __global__ void __launch_bounds__(Threads) pipeline_kernel(const kernel_params<T
 /// are the ones the pipeline sent). Needs the input unchanged since the call.
 template <class Q, class T, class S, int Threads>
 __global__ void __launch_bounds__(Threads) send_error_kernel(const T* in, S* state, size_t n, size_t granule, int rank, int ranks) {
-  using codec = tile_codec<Q, T>;
-  constexpr int V = codec::V;
-  constexpr size_t tile_elems = static_cast<size_t>(Threads) * V;
+  using stages = tile_stages<Q, T, S, true, Threads>;
+  constexpr int V = stages::V;
+  constexpr size_t tile_elems = stages::tile_elems;
   const echo::detail::partition part{n, granule, ranks};
   for (int j = 0; j < ranks; ++j) {
     if (j == rank) continue;
@@ -199,12 +223,9 @@ __global__ void __launch_bounds__(Threads) send_error_kernel(const T* in, S* sta
     for (size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const size_t first = b + tile * tile_elems + static_cast<size_t>(threadIdx.x) * V;
       const int valid = detail::valid_count(first, b + len, V);
-      float x[V], c[V], dq[V];
-      echo::detail::load_floats<T, V>(in + first, valid, x);
-      echo::detail::load_floats<S, V>(state + first, valid, c);
-#pragma unroll
-      for (int i = 0; i < V; ++i) x[i] = echo::detail::add_rn(x[i], c[i]);
-      codec::encode(x, valid, nullptr, 0, -1, 0, Threads, threadIdx.x, dq);
+      float x[V], dq[V];
+      stages::entry(in, state, first, valid, x);
+      stages::codec::encode(x, valid, nullptr, 0, -1, 0, Threads, threadIdx.x, dq);
 #pragma unroll
       for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
       echo::detail::store_floats<S, V>(state + first, valid, dq);
