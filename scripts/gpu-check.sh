@@ -26,9 +26,14 @@ cat "$out/machine.txt"
 rc=0
 if [[ $stages == *build* ]]; then
   gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-  cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/configure.log" 2>&1 || { tail -50 "$out/configure.log"; exit 1; }
+  cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 ${ECHO_CMAKE_ARGS:-} \
+    >"$out/configure.log" 2>&1 || { tail -50 "$out/configure.log"; exit 1; }
   start=$SECONDS
-  cmake --build "$build" -j"$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -40; tail -20 "$out/build.log"; exit 1; }
+  keep=(); [ ${#gen[@]} -gt 0 ] && keep=(-- -k 0)  # build what can be built; report the rest
+  if ! cmake --build "$build" -j"$(nproc)" "${keep[@]}" >"$out/build.log" 2>&1; then
+    rc=1
+    grep -E "error|FAILED" "$out/build.log" | head -40
+  fi
   echo "build: $((SECONDS - start)) s"
 fi
 if [[ $stages == *test* ]]; then

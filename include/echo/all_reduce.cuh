@@ -13,6 +13,7 @@
 #include "dtype.cuh"
 #include "quant/none.cuh"
 #include "transport/cuda_ipc.cuh"
+#include "transport/nccl.cuh"
 
 #include <algorithm>
 #include <memory>
@@ -39,8 +40,9 @@ struct no_chain {};
 template <class Quant, class Transport = transport::cuda_ipc, class Comp = comp::none,
           class Policy = collective::default_policy>
 class all_reduce {
-  static_assert(std::is_same<Transport, transport::cuda_ipc>::value,
-                "echo::all_reduce: this Transport is not implemented yet (cuda_ipc is)");
+  static constexpr bool ipc = std::is_same<Transport, transport::cuda_ipc>::value;
+  static_assert(ipc || std::is_same<Transport, transport::nccl>::value,
+                "echo::all_reduce: Transport must be echo::transport::cuda_ipc or echo::transport::nccl");
   static_assert(!Comp::slow, "echo::all_reduce: two_timescale is host-only research (echo::reference)");
 
  public:
@@ -65,7 +67,10 @@ class all_reduce {
     ECHO_CUDA_TRY(cudaHostAlloc(&status_, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
     *status_ = 0;
     ECHO_CUDA_TRY(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_status_), status_, 0));
-    if (comm.size() > 1) {
+    if (comm.size() > 1 && !ipc) {
+      channel_ = std::make_unique<transport::nccl::channel>(
+          comm, std::min(opt.workspace_bytes, 2 * (3 * comm.size() + 1) * (max_elements / comm.size() + 2 * tile_worst) * 4));
+    } else if (comm.size() > 1) {
       ws_ = std::make_unique<transport::cuda_ipc::symmetric_buffer>(comm, workspace_bytes(comm.size(), max_elements, opt.workspace_bytes));
       std::vector<unsigned char*> peers(static_cast<size_t>(comm.size()));
       for (int r = 0; r < comm.size(); ++r) peers[static_cast<size_t>(r)] = ws_->peer_data(r);
@@ -143,7 +148,7 @@ class all_reduce {
 
   const communicator& comm() const { return comm_; }
   size_t max_elements() const { return max_elements_; }
-  size_t workspace_bytes() const { return ws_ ? ws_->bytes() : 0; }
+  size_t workspace_bytes() const { return ws_ ? ws_->bytes() : channel_ ? channel_->bytes() : 0; }
   size_t passthrough_below_bytes() const { return passthrough_below_; }
   size_t nccl_below_bytes() const { return nccl_below_; }
 
@@ -181,6 +186,8 @@ class all_reduce {
   }
 
   /// Workspace for one round of max_elements (so small messages never stream), capped.
+  static constexpr size_t tile_worst = static_cast<size_t>(threads) * 32;  // the most values in a tile
+
   static size_t workspace_bytes(int P, size_t max_elements, size_t cap) {
     const size_t worst_tile_elems = static_cast<size_t>(threads) * 8;  // passthrough fp32: 4 bytes a value
     const size_t seg = max_elements / P + 256 + worst_tile_elems;
@@ -192,6 +199,17 @@ class all_reduce {
 
   template <class Q, class E>
   status launch(const E* in, E* out, size_t n, cudaStream_t stream, storage* st, state_update mode) {
+    if constexpr (!ipc) {
+      constexpr auto kernel = collective::reduce_kernel<Q, E, storage, Comp::enabled, threads>;
+      return channel_->template run<Q, E, storage, Comp::enabled, threads>(in, out, st, mode == state_update::fused, n,
+                                                                          stream, max_grid<kernel>());
+    } else {
+      return launch_ipc<Q>(in, out, n, stream, st, mode);
+    }
+  }
+
+  template <class Q, class E>
+  status launch_ipc(const E* in, E* out, size_t n, cudaStream_t stream, storage* st, state_update mode) {
     using codec = collective::tile_codec<Q, E>;
     constexpr size_t tile_elems = static_cast<size_t>(threads) * codec::V;
     constexpr auto kernel = collective::pipeline_kernel<Q, E, storage, Comp::enabled, threads>;
@@ -252,7 +270,8 @@ class all_reduce {
   size_t nccl_below_ = 0, passthrough_below_ = 0;
   int* status_ = nullptr;
   int* d_status_ = nullptr;
-  std::unique_ptr<transport::cuda_ipc::symmetric_buffer> ws_;
+  std::unique_ptr<transport::cuda_ipc::symmetric_buffer> ws_;  // cuda_ipc
+  std::unique_ptr<transport::nccl::channel> channel_;          // nccl
   unsigned char** d_peers_ = nullptr;  // device array of every rank's workspace
 };
 

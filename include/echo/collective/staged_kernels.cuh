@@ -1,0 +1,93 @@
+// The Echo pipeline as three kernels per chunk, for transports that move the packets themselves
+// (transport::nccl): push writes packets for every peer into a local send buffer, reduce reads
+// the received packets and writes the one packet of the sum, gather dequantizes the owners'
+// packets. The per-tile arithmetic is tile_stages, the same as the fused kernel's, so the
+// results are bit-identical to it and to echo::reference.
+#pragma once
+
+#include "pipeline_kernel.cuh"
+
+namespace echo::collective {
+
+#if ECHO_HAS_CUDA
+
+/// Where one chunk lives: [chunk_offset, chunk_offset + chunk_len) inside every segment, and the
+/// buffers that hold its packets: slot(base, r) = base + r * slot_bytes, tile t at + t * tile_bytes.
+struct chunk_params {
+  size_t n;
+  size_t granule;
+  int rank;
+  int ranks;
+  size_t chunk_offset;
+  size_t chunk_len;
+  size_t slot_bytes;
+  size_t tile_bytes;
+  unsigned char* send;      ///< P slots: packets for peer j
+  unsigned char* recv;      ///< P slots: packets from sender i
+  unsigned char* reduced;   ///< 1 slot: the packet of this rank's sum
+  unsigned char* gathered;  ///< P slots: owner j's reduced packet
+};
+
+namespace detail {
+
+__device__ __forceinline__ void chunk_range(const chunk_params& c, const echo::detail::partition& part, int j,
+                                            size_t& begin, size_t& len) {
+  const size_t sb = part.begin(j), se = part.end(j), b = sb + c.chunk_offset;
+  begin = b < se ? b : se;
+  len = b < se ? (se - b < c.chunk_len ? se - b : c.chunk_len) : 0;
+}
+
+}  // namespace detail
+
+template <class Q, class T, class S, bool Comp, int Threads>
+__global__ void __launch_bounds__(Threads) push_kernel(const chunk_params c, const T* in, S* state, bool store_error) {
+  using stages = tile_stages<Q, T, S, Comp, Threads>;
+  const echo::detail::partition part{c.n, c.granule, c.ranks};
+  for (int d = 1; d < c.ranks; ++d) {
+    const int j = (c.rank + d) % c.ranks;
+    size_t b, len;
+    detail::chunk_range(c, part, j, b, len);
+    const size_t tiles = (len + stages::tile_elems - 1) / stages::tile_elems;
+    for (size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const size_t first = b + tile * stages::tile_elems + static_cast<size_t>(threadIdx.x) * stages::V;
+      stages::push(in, state, store_error, first, detail::valid_count(first, b + len, stages::V),
+                   c.send + j * c.slot_bytes, tile * c.tile_bytes, threadIdx.x);
+    }
+  }
+}
+
+template <class Q, class T, class S, bool Comp, int Threads>
+__global__ void __launch_bounds__(Threads) reduce_kernel(const chunk_params c, const T* in, T* out, S* state) {
+  using stages = tile_stages<Q, T, S, Comp, Threads>;
+  const echo::detail::partition part{c.n, c.granule, c.ranks};
+  size_t b, len;
+  detail::chunk_range(c, part, c.rank, b, len);
+  const size_t tiles = (len + stages::tile_elems - 1) / stages::tile_elems;
+  unsigned char* const reduced = c.reduced;
+  for (size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const size_t first = b + tile * stages::tile_elems + static_cast<size_t>(threadIdx.x) * stages::V;
+    stages::reduce(in, out, state, first, detail::valid_count(first, b + len, stages::V), c.rank, c.ranks,
+                   c.recv + tile * c.tile_bytes, c.slot_bytes, &reduced, 1, -1, tile * c.tile_bytes, threadIdx.x);
+  }
+}
+
+template <class Q, class T, class S, bool Comp, int Threads>
+__global__ void __launch_bounds__(Threads) gather_kernel(const chunk_params c, T* out) {
+  using stages = tile_stages<Q, T, S, Comp, Threads>;
+  const echo::detail::partition part{c.n, c.granule, c.ranks};
+  for (int d = 1; d < c.ranks; ++d) {
+    const int j = (c.rank + d) % c.ranks;
+    size_t b, len;
+    detail::chunk_range(c, part, j, b, len);
+    const size_t tiles = (len + stages::tile_elems - 1) / stages::tile_elems;
+    for (size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const size_t first = b + tile * stages::tile_elems + static_cast<size_t>(threadIdx.x) * stages::V;
+      stages::gather(c.gathered + j * c.slot_bytes + tile * c.tile_bytes, out, first,
+                     detail::valid_count(first, b + len, stages::V), threadIdx.x);
+    }
+  }
+}
+
+#endif
+
+}  // namespace echo::collective
