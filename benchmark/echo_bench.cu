@@ -554,9 +554,9 @@ class nccl_runner final : public runner {
 
 enum class path_choice { forced, dispatch };
 
-template <class Q, class C, path_choice Path, class Transport>
+template <class Q, class C, path_choice Path, class Transport, class Policy>
 class echo_runner final : public runner {
-  using AR = echo::all_reduce<Q, Transport, C>;
+  using AR = echo::all_reduce<Q, Transport, C, Policy>;
   using chain_t = typename AR::chain_type;  // echo::no_chain when C keeps no state
   // transport::nccl issues ncclSend/ncclRecv group calls inside every call: one thread a rank.
   static constexpr bool threaded = std::is_same<Transport, echo::transport::nccl>::value;
@@ -664,9 +664,16 @@ class echo_runner final : public runner {
   std::vector<std::unique_ptr<chain_t>> ch_;
 };
 
-template <class Q, class C, path_choice Path = path_choice::forced, class Transport = echo::transport::cuda_ipc>
+template <class Q, class C, path_choice Path = path_choice::forced, class Transport = echo::transport::cuda_ipc,
+          class Policy = echo::collective::default_policy>
 std::unique_ptr<runner> make_echo(bench_context& ctx) {
-  return std::make_unique<echo_runner<Q, C, Path, Transport>>(ctx);
+  return std::make_unique<echo_runner<Q, C, Path, Transport, Policy>>(ctx);
+}
+/// Tuning ablation: the same int4 path under another pipeline policy (results are identical).
+template <int Threads, int Blocks>
+std::unique_ptr<runner> make_echo_policy(bench_context& ctx) {
+  return make_echo<echo::quant::zero_aware<4, 128>, echo::comp::none, path_choice::forced, echo::transport::cuda_ipc,
+                   echo::collective::pipeline_policy<Threads, Blocks>>(ctx);
 }
 template <class Q, class C>
 std::unique_ptr<runner> make_echo_nccl(bench_context& ctx) {
@@ -699,6 +706,8 @@ const variant_spec k_variants[] = {
     {"echo_nccl_int4", make_echo_nccl<za4, c0>},
     {"echo_nccl_int4_ef", make_echo_nccl<za4, ef16>},
     {"echo_nccl_int8", make_echo_nccl<za8, c0>},
+    {"echo_int4_t256x2", make_echo_policy<256, 2>},
+    {"echo_int4_t256x3", make_echo_policy<256, 3>},
 };
 constexpr size_t k_nccl = 0;
 constexpr size_t k_num_variants = std::size(k_variants);

@@ -5,13 +5,15 @@
 #   scripts/gpu-check.sh                 build + all tests + benchmark
 #   ECHO_STAGES="build test" scripts/gpu-check.sh
 #   ECHO_BENCH_ARGS="--benchmark_filter=int4" scripts/gpu-check.sh
+#   ECHO_STAGES="bench socket" ...   socket: NCCL forced onto its socket transport over loopback
+#                                    (the stand-in for a link between nodes), NCCL-path variants
 #
 # NCCL's multicast switches (NCCL_NVLS_ENABLE=0 on our machines) are left exactly as found.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-logs}
 build=${ECHO_BUILD_DIR:-$root/build-gpu}
-stages=${ECHO_STAGES:-build test bench}
+stages=${ECHO_STAGES:-build test bench socket}
 mkdir -p "$out"
 cd "$root" || exit 1
 
@@ -44,5 +46,12 @@ if [[ $stages == *bench* ]]; then
   "$build/benchmark/echo_bench" --benchmark_out="$out/bench.json" --benchmark_out_format=json ${ECHO_BENCH_ARGS:-} \
     >"$out/bench.log" 2>&1 || rc=1
   tail -40 "$out/bench.log"
+fi
+if [[ $stages == *socket* ]]; then
+  NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo ECHO_BENCH_LABEL=nccl-socket \
+    ECHO_BENCH_SIZES=${ECHO_SOCKET_SIZES:-64K,1M,16M,64M,256M} \
+    "$build/benchmark/echo_bench" --benchmark_filter='^nccl/|echo_nccl_' \
+    --benchmark_out="$out/bench-socket.json" --benchmark_out_format=json >"$out/bench-socket.log" 2>&1 || rc=1
+  tail -12 "$out/bench-socket.log"
 fi
 exit $rc

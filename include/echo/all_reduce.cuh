@@ -82,6 +82,9 @@ class all_reduce {
   all_reduce(const all_reduce&) = delete;
   all_reduce& operator=(const all_reduce&) = delete;
   ~all_reduce() {
+    device_guard g(comm_.device());
+    ws_.reset();
+    channel_.reset();
     if (status_) (void)cudaFreeHost(status_);
     if (d_peers_) (void)cudaFree(d_peers_);
     (void)cudaGetLastError();
@@ -189,7 +192,7 @@ class all_reduce {
   static constexpr size_t tile_worst = static_cast<size_t>(threads) * 32;  // the most values in a tile
 
   static size_t workspace_bytes(int P, size_t max_elements, size_t cap) {
-    const size_t worst_tile_elems = static_cast<size_t>(threads) * 8;  // passthrough fp32: 4 bytes a value
+    const size_t worst_tile_elems = static_cast<size_t>(collective::tile_threads) * 8;  // the fewest values a flag covers
     const size_t seg = max_elements / P + 256 + worst_tile_elems;
     const size_t want = collective::workspace_layout::sync_bytes + 4096 +
                         2 * static_cast<size_t>(P) * (seg * 4 + (seg / worst_tile_elems + 1) * 4);
@@ -200,8 +203,8 @@ class all_reduce {
   template <class Q, class E>
   status launch(const E* in, E* out, size_t n, cudaStream_t stream, storage* st, state_update mode) {
     if constexpr (!ipc) {
-      constexpr auto kernel = collective::reduce_kernel<Q, E, storage, Comp::enabled, threads>;
-      return channel_->template run<Q, E, storage, Comp::enabled, threads>(in, out, st, mode == state_update::fused, n,
+      constexpr auto kernel = collective::reduce_kernel<Q, E, storage, Comp::enabled, threads, Policy::blocks_per_sm>;
+      return channel_->template run<Q, E, storage, Comp::enabled, threads, Policy::blocks_per_sm>(in, out, st, mode == state_update::fused, n,
                                                                           stream, max_grid<kernel>());
     } else {
       return launch_ipc<Q>(in, out, n, stream, st, mode);
@@ -211,8 +214,8 @@ class all_reduce {
   template <class Q, class E>
   status launch_ipc(const E* in, E* out, size_t n, cudaStream_t stream, storage* st, state_update mode) {
     using codec = collective::tile_codec<Q, E>;
-    constexpr size_t tile_elems = static_cast<size_t>(threads) * codec::V;
-    constexpr auto kernel = collective::pipeline_kernel<Q, E, storage, Comp::enabled, threads>;
+    constexpr size_t tile_elems = static_cast<size_t>(collective::tile_threads) * codec::V;
+    constexpr auto kernel = collective::pipeline_kernel<Q, E, storage, Comp::enabled, threads, Policy::blocks_per_sm>;
     const int P = comm_.size();
     collective::kernel_params<E, storage> p{};
     p.in = in;
@@ -223,7 +226,7 @@ class all_reduce {
     p.granule = detail::granule_of<Q>();
     p.rank = comm_.rank();
     p.ranks = P;
-    p.layout = collective::workspace_layout::fit(ws_->bytes(), P, codec::tile_bytes(threads));
+    p.layout = collective::workspace_layout::fit(ws_->bytes(), P, codec::tile_bytes(collective::tile_threads));
     if (p.layout.tiles == 0) return status::invalid_argument;
     p.round_len = p.layout.tiles * tile_elems;
     p.local = ws_->data();
@@ -233,7 +236,8 @@ class all_reduce {
     const size_t seg0 = detail::partition{n, p.granule, P}.size(0);
     const size_t rounds = (seg0 + p.round_len - 1) / p.round_len;
     const size_t tiles = std::min(p.layout.tiles, (seg0 + tile_elems - 1) / tile_elems);
-    const int grid = static_cast<int>(std::min<size_t>(max_grid<kernel>(), std::max<size_t>(1, (P - 1) * tiles)));
+    constexpr size_t warps = threads / 32;
+    const int grid = static_cast<int>(std::min<size_t>(max_grid<kernel>(), std::max<size_t>(1, ((P - 1) * tiles + warps - 1) / warps)));
     for (size_t r = 0; r < rounds; ++r) {
       p.round_offset = r * p.round_len;
       kernel<<<grid, threads, 0, stream>>>(p);
@@ -243,7 +247,7 @@ class all_reduce {
 
   template <class Q, class E>
   status launch_update(const E* in, size_t n, cudaStream_t stream, storage* st) {
-    constexpr auto kernel = collective::send_error_kernel<Q, E, storage, threads>;
+    constexpr auto kernel = collective::send_error_kernel<Q, E, storage, threads, Policy::blocks_per_sm>;
     kernel<<<max_grid<kernel>(), threads, 0, stream>>>(in, st, n, detail::granule_of<Q>(), comm_.rank(), comm_.size());
     return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
   }
@@ -258,7 +262,7 @@ class all_reduce {
         (void)cudaGetLastError();
         b = 1;
       }
-      return std::max(1, std::min(b, Policy::max_blocks_per_sm));
+      return std::max(1, std::min(b, Policy::blocks_per_sm));
     }();
     return per_sm * sms_;
   }

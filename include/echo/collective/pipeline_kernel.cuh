@@ -1,6 +1,7 @@
 // The Echo pipeline as one persistent kernel per round: push (entry), reduce, gather.
 //
-// Block b of every rank takes work items b, b + grid, ... of each stage in turn:
+// Every warp is an independent agent working on warp tiles (32 lanes x V values). Warp w of
+// every rank takes work items w, w + warps, ... of each stage in turn:
 //   A. push:   for each peer j and tile t of j's segment: x' = x + c, quantize, store the packet
 //              into j's recv slot for this rank, publish recv_flag; (fused) store the send error.
 //   B. reduce: for each tile t of this rank's segment: wait for all P-1 recv flags, sum in rank
@@ -8,8 +9,10 @@
 //              every peer's gather slot, publish; write the own output and the own error.
 //   C. gather: for each peer j and tile t of j's segment: wait for j's gather flag, dequantize,
 //              write the output.
-// A block only ever waits for work of peer blocks that has no dependency of its own (A before B,
-// B before C on every block), so a grid no larger than what is co-resident cannot deadlock.
+// Warps, not blocks, synchronise: a warp's system-scope fence before its flag stalls only that
+// warp, so the latency of publishing over NVLink hides behind the other warps' work.
+// A warp only ever waits for work of peer warps that has no dependency of its own (A before B,
+// B before C in every warp), so a grid no larger than what is co-resident cannot deadlock.
 // Slot reuse across launches is safe without extra flags: a rank leaves a launch only after all
 // its gathers arrived, which every owner sends only after reading its recv slots.
 #pragma once
@@ -23,6 +26,9 @@
 namespace echo::collective {
 
 #if ECHO_HAS_CUDA
+
+/// Lanes that share one tile (and one flag): a warp.
+constexpr int tile_threads = 32;
 
 namespace detail {
 
@@ -39,17 +45,27 @@ __device__ __forceinline__ int valid_count(size_t first, size_t end, int V) {
   return first >= end ? 0 : (end - first < static_cast<size_t>(V) ? static_cast<int>(end - first) : V);
 }
 
-__device__ __noinline__ void give_up(uint32_t* sync, int* host_status, int* s_fail) {
-  *s_fail = 1;
-  atomicExch(sync + 2, 1u);  // stop this rank's other blocks
+__device__ __noinline__ void give_up(uint32_t* sync, int* host_status) {
+  atomicExch(sync + 2, 1u);  // stop this rank's other warps
   *reinterpret_cast<volatile int*>(host_status) = static_cast<int>(status::timeout);
   __threadfence_system();
+}
+
+/// Lane 0 waits for a flag; the warp learns the outcome. The __syncwarp() after it extends lane
+/// 0's acquire to the whole warp before any lane reads the data.
+__device__ __forceinline__ bool warp_wait(const uint32_t* flag, uint32_t want, const uint32_t* abort, uint64_t limit_ns) {
+  int ok = 1;
+  if ((threadIdx.x & 31) == 0) ok = echo::detail::wait_flag(flag, want, abort, limit_ns) ? 1 : 0;
+  ok = __shfl_sync(0xffffffffu, ok, 0);
+  __syncwarp();
+  return ok != 0;
 }
 
 }  // namespace detail
 
 /// The three per-tile stages, shared by the fused kernel (cuda_ipc) and the staged kernels
 /// (nccl). `first` is the thread's first element, `valid` how many of its V are present.
+/// Threads is the number of lanes sharing a tile (its packet layout), tile_threads in Echo.
 template <class Q, class T, class S, bool Comp, int Threads>
 struct tile_stages {
   using codec = tile_codec<Q, T>;
@@ -114,19 +130,18 @@ struct tile_stages {
   }
 };
 
-template <class Q, class T, class S, bool Comp, int Threads>
-__global__ void __launch_bounds__(Threads) pipeline_kernel(const kernel_params<T, S> p) {
-  using stages = tile_stages<Q, T, S, Comp, Threads>;
+template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
+__global__ void __launch_bounds__(Threads, MinBlocks) pipeline_kernel(const kernel_params<T, S> p) {
+  using stages = tile_stages<Q, T, S, Comp, tile_threads>;
   constexpr int V = stages::V;
   constexpr size_t tile_elems = stages::tile_elems;
+  constexpr int warps = Threads / 32;
   __shared__ uint32_t s_epoch;
-  __shared__ int s_fail;
-  const int t = threadIdx.x;
+  const int lane = threadIdx.x & 31;
+  const size_t warp = static_cast<size_t>(blockIdx.x) * warps + threadIdx.x / 32;
+  const size_t nwarps = static_cast<size_t>(gridDim.x) * warps;
   uint32_t* const sync = p.sync();
-  if (t == 0) {
-    s_epoch = *reinterpret_cast<volatile uint32_t*>(sync) + 1;
-    s_fail = 0;
-  }
+  if (threadIdx.x == 0) s_epoch = *reinterpret_cast<volatile uint32_t*>(sync) + 1;
   __syncthreads();
   const uint32_t epoch = s_epoch;
   const int P = p.ranks, me = p.rank;
@@ -136,19 +151,20 @@ __global__ void __launch_bounds__(Threads) pipeline_kernel(const kernel_params<T
   detail::round_range(p, part, 0, b0, len0);  // segment 0 is never shorter than the others
   const size_t tmax = (len0 + tile_elems - 1) / tile_elems;
   const size_t spread = static_cast<size_t>(P - 1) * tmax;
+  bool fail = false;
 
   // A. push
-  for (size_t k = blockIdx.x; k < spread; k += gridDim.x) {
+  for (size_t k = warp; k < spread; k += nwarps) {
     const int j = (me + 1 + static_cast<int>(k % (P - 1))) % P;
     const size_t tile = k / (P - 1);
     size_t b, len;
     detail::round_range(p, part, j, b, len);
     if (tile * tile_elems >= len) continue;
-    const size_t first = b + tile * tile_elems + static_cast<size_t>(t) * V;
-    const int valid = detail::valid_count(first, b + len, V);
-    stages::push(p.in, p.state, p.fuse_send_state, first, valid, p.peer[j], L.recv_slot(me, tile), t);
-    __syncthreads();
-    if (t == 0) echo::detail::store_release_sys(reinterpret_cast<uint32_t*>(p.peer[j] + L.recv_flag(me, tile)), epoch);
+    const size_t first = b + tile * tile_elems + static_cast<size_t>(lane) * V;
+    stages::push(p.in, p.state, p.fuse_send_state, first, detail::valid_count(first, b + len, V), p.peer[j],
+                 L.recv_slot(me, tile), lane);
+    __syncwarp();
+    if (lane == 0) echo::detail::store_release_sys(reinterpret_cast<uint32_t*>(p.peer[j] + L.recv_flag(me, tile)), epoch);
   }
 
   // B. reduce the own segment
@@ -156,21 +172,17 @@ __global__ void __launch_bounds__(Threads) pipeline_kernel(const kernel_params<T
     size_t b, len;
     detail::round_range(p, part, me, b, len);
     const size_t tiles = (len + tile_elems - 1) / tile_elems;
-    for (size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      if (t == 0) {
-        for (int i = 0; i < P && !s_fail; ++i)
-          if (i != me && !echo::detail::wait_flag(reinterpret_cast<const uint32_t*>(p.local + L.recv_flag(i, tile)),
-                                                  epoch, sync + 2, p.spin_limit_ns))
-            detail::give_up(sync, p.status, &s_fail);
-      }
-      __syncthreads();
-      if (s_fail) break;
-      const size_t first = b + tile * tile_elems + static_cast<size_t>(t) * V;
-      const int valid = detail::valid_count(first, b + len, V);
-      stages::reduce(p.in, p.out, p.state, first, valid, me, P, p.local + L.recv_slot(0, tile), L.slot_bytes(), p.peer, P,
-                     me, L.gather_slot(me, tile), t);
-      __syncthreads();
-      if (t == 0)
+    for (size_t tile = warp; tile < tiles && !fail; tile += nwarps) {
+      for (int i = 0; i < P && !fail; ++i)
+        if (i != me)
+          fail = !detail::warp_wait(reinterpret_cast<const uint32_t*>(p.local + L.recv_flag(i, tile)), epoch, sync + 2,
+                                    p.spin_limit_ns);
+      if (fail) break;
+      const size_t first = b + tile * tile_elems + static_cast<size_t>(lane) * V;
+      stages::reduce(p.in, p.out, p.state, first, detail::valid_count(first, b + len, V), me, P,
+                     p.local + L.recv_slot(0, tile), L.slot_bytes(), p.peer, P, me, L.gather_slot(me, tile), lane);
+      __syncwarp();
+      if (lane == 0)
         for (int j = 0; j < P; ++j)
           if (j != me)
             echo::detail::store_release_sys(reinterpret_cast<uint32_t*>(p.peer[j] + L.gather_flag(me, tile)), epoch);
@@ -178,28 +190,24 @@ __global__ void __launch_bounds__(Threads) pipeline_kernel(const kernel_params<T
   }
 
   // C. gather the other segments
-  if (!s_fail) {
-    for (size_t k = blockIdx.x; k < spread; k += gridDim.x) {
-      const int j = (me + 1 + static_cast<int>(k % (P - 1))) % P;
-      const size_t tile = k / (P - 1);
-      size_t b, len;
-      detail::round_range(p, part, j, b, len);
-      if (tile * tile_elems >= len) continue;
-      if (t == 0 && !echo::detail::wait_flag(reinterpret_cast<const uint32_t*>(p.local + L.gather_flag(j, tile)), epoch,
-                                             sync + 2, p.spin_limit_ns))
-        detail::give_up(sync, p.status, &s_fail);
-      __syncthreads();
-      if (s_fail) break;
-      const size_t first = b + tile * tile_elems + static_cast<size_t>(t) * V;
-      const int valid = detail::valid_count(first, b + len, V);
-      stages::gather(p.local + L.gather_slot(j, tile), p.out, first, valid, t);
-    }
+  for (size_t k = warp; k < spread && !fail; k += nwarps) {
+    const int j = (me + 1 + static_cast<int>(k % (P - 1))) % P;
+    const size_t tile = k / (P - 1);
+    size_t b, len;
+    detail::round_range(p, part, j, b, len);
+    if (tile * tile_elems >= len) continue;
+    fail = !detail::warp_wait(reinterpret_cast<const uint32_t*>(p.local + L.gather_flag(j, tile)), epoch, sync + 2,
+                              p.spin_limit_ns);
+    if (fail) break;
+    const size_t first = b + tile * tile_elems + static_cast<size_t>(lane) * V;
+    stages::gather(p.local + L.gather_slot(j, tile), p.out, first, detail::valid_count(first, b + len, V), lane);
   }
+  if (fail && lane == 0) detail::give_up(sync, p.status);
 
   // The last block to finish advances the epoch for the next launch. Every block read the
   // epoch before counting itself done, so none can see the new value in this launch.
   __syncthreads();
-  if (t == 0) {
+  if (threadIdx.x == 0) {
     __threadfence();
     if (atomicAdd(sync + 1, 1u) == gridDim.x - 1) {
       sync[1] = 0;
@@ -211,21 +219,24 @@ __global__ void __launch_bounds__(Threads) pipeline_kernel(const kernel_params<T
 /// Deferred compensation: the send errors e = x' - D(Q(x')) of the segments this rank does not
 /// own, recomputed from the same input and state (quantization is deterministic, so the codes
 /// are the ones the pipeline sent). Needs the input unchanged since the call.
-template <class Q, class T, class S, int Threads>
-__global__ void __launch_bounds__(Threads) send_error_kernel(const T* in, S* state, size_t n, size_t granule, int rank, int ranks) {
-  using stages = tile_stages<Q, T, S, true, Threads>;
+template <class Q, class T, class S, int Threads, int MinBlocks>
+__global__ void __launch_bounds__(Threads, MinBlocks) send_error_kernel(const T* in, S* state, size_t n, size_t granule, int rank, int ranks) {
+  using stages = tile_stages<Q, T, S, true, tile_threads>;
   constexpr int V = stages::V;
   constexpr size_t tile_elems = stages::tile_elems;
   const echo::detail::partition part{n, granule, ranks};
+  const int lane = threadIdx.x & 31;
+  const size_t warp = static_cast<size_t>(blockIdx.x) * (Threads / 32) + threadIdx.x / 32;
+  const size_t nwarps = static_cast<size_t>(gridDim.x) * (Threads / 32);
   for (int j = 0; j < ranks; ++j) {
     if (j == rank) continue;
     const size_t b = part.begin(j), len = part.size(j), tiles = (len + tile_elems - 1) / tile_elems;
-    for (size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const size_t first = b + tile * tile_elems + static_cast<size_t>(threadIdx.x) * V;
+    for (size_t tile = warp; tile < tiles; tile += nwarps) {
+      const size_t first = b + tile * tile_elems + static_cast<size_t>(lane) * V;
       const int valid = detail::valid_count(first, b + len, V);
       float x[V], dq[V];
       stages::entry(in, state, first, valid, x);
-      stages::codec::encode(x, valid, nullptr, 0, -1, 0, Threads, threadIdx.x, dq);
+      stages::codec::encode(x, valid, nullptr, 0, -1, 0, tile_threads, lane, dq);
 #pragma unroll
       for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
       echo::detail::store_floats<S, V>(state + first, valid, dq);

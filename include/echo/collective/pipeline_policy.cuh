@@ -6,13 +6,14 @@
 
 namespace echo::collective {
 
-template <int Threads = 512, int MaxBlocksPerSm = 2>
+template <int Threads = 512, int BlocksPerSm = 1>
 struct pipeline_policy {
   static_assert(Threads % 32 == 0 && Threads >= 64 && Threads <= 1024, "pipeline_policy: Threads must be a multiple of 32 in [64, 1024]");
-  static_assert(MaxBlocksPerSm >= 1, "pipeline_policy: MaxBlocksPerSm >= 1");
+  static_assert(BlocksPerSm >= 1 && Threads * BlocksPerSm <= 2048, "pipeline_policy: at most 2048 threads per SM");
   static constexpr int threads = Threads;
-  /// Upper bound on resident blocks per SM used by the grid (the occupancy calculator may give fewer).
-  static constexpr int max_blocks_per_sm = MaxBlocksPerSm;
+  /// Resident blocks per SM the kernels are compiled for (__launch_bounds__ minimum, which caps
+  /// registers at 65536 / (Threads * BlocksPerSm)) and the most the grid uses.
+  static constexpr int blocks_per_sm = BlocksPerSm;
 };
 
 using default_policy = pipeline_policy<>;

@@ -39,51 +39,60 @@ __device__ __forceinline__ void chunk_range(const chunk_params& c, const echo::d
 
 }  // namespace detail
 
-template <class Q, class T, class S, bool Comp, int Threads>
-__global__ void __launch_bounds__(Threads) push_kernel(const chunk_params c, const T* in, S* state, bool store_error) {
-  using stages = tile_stages<Q, T, S, Comp, Threads>;
+template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
+__global__ void __launch_bounds__(Threads, MinBlocks) push_kernel(const chunk_params c, const T* in, S* state, bool store_error) {
+  using stages = tile_stages<Q, T, S, Comp, tile_threads>;
+  const int lane = threadIdx.x & 31;
+  const size_t warp = static_cast<size_t>(blockIdx.x) * (Threads / 32) + threadIdx.x / 32;
+  const size_t nwarps = static_cast<size_t>(gridDim.x) * (Threads / 32);
   const echo::detail::partition part{c.n, c.granule, c.ranks};
   for (int d = 1; d < c.ranks; ++d) {
     const int j = (c.rank + d) % c.ranks;
     size_t b, len;
     detail::chunk_range(c, part, j, b, len);
     const size_t tiles = (len + stages::tile_elems - 1) / stages::tile_elems;
-    for (size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const size_t first = b + tile * stages::tile_elems + static_cast<size_t>(threadIdx.x) * stages::V;
+    for (size_t tile = warp; tile < tiles; tile += nwarps) {
+      const size_t first = b + tile * stages::tile_elems + static_cast<size_t>(lane) * stages::V;
       stages::push(in, state, store_error, first, detail::valid_count(first, b + len, stages::V),
-                   c.send + j * c.slot_bytes, tile * c.tile_bytes, threadIdx.x);
+                   c.send + j * c.slot_bytes, tile * c.tile_bytes, lane);
     }
   }
 }
 
-template <class Q, class T, class S, bool Comp, int Threads>
-__global__ void __launch_bounds__(Threads) reduce_kernel(const chunk_params c, const T* in, T* out, S* state) {
-  using stages = tile_stages<Q, T, S, Comp, Threads>;
+template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
+__global__ void __launch_bounds__(Threads, MinBlocks) reduce_kernel(const chunk_params c, const T* in, T* out, S* state) {
+  using stages = tile_stages<Q, T, S, Comp, tile_threads>;
+  const int lane = threadIdx.x & 31;
+  const size_t warp = static_cast<size_t>(blockIdx.x) * (Threads / 32) + threadIdx.x / 32;
+  const size_t nwarps = static_cast<size_t>(gridDim.x) * (Threads / 32);
   const echo::detail::partition part{c.n, c.granule, c.ranks};
   size_t b, len;
   detail::chunk_range(c, part, c.rank, b, len);
   const size_t tiles = (len + stages::tile_elems - 1) / stages::tile_elems;
   unsigned char* const reduced = c.reduced;
-  for (size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const size_t first = b + tile * stages::tile_elems + static_cast<size_t>(threadIdx.x) * stages::V;
+  for (size_t tile = warp; tile < tiles; tile += nwarps) {
+    const size_t first = b + tile * stages::tile_elems + static_cast<size_t>(lane) * stages::V;
     stages::reduce(in, out, state, first, detail::valid_count(first, b + len, stages::V), c.rank, c.ranks,
-                   c.recv + tile * c.tile_bytes, c.slot_bytes, &reduced, 1, -1, tile * c.tile_bytes, threadIdx.x);
+                   c.recv + tile * c.tile_bytes, c.slot_bytes, &reduced, 1, -1, tile * c.tile_bytes, lane);
   }
 }
 
-template <class Q, class T, class S, bool Comp, int Threads>
-__global__ void __launch_bounds__(Threads) gather_kernel(const chunk_params c, T* out) {
-  using stages = tile_stages<Q, T, S, Comp, Threads>;
+template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
+__global__ void __launch_bounds__(Threads, MinBlocks) gather_kernel(const chunk_params c, T* out) {
+  using stages = tile_stages<Q, T, S, Comp, tile_threads>;
+  const int lane = threadIdx.x & 31;
+  const size_t warp = static_cast<size_t>(blockIdx.x) * (Threads / 32) + threadIdx.x / 32;
+  const size_t nwarps = static_cast<size_t>(gridDim.x) * (Threads / 32);
   const echo::detail::partition part{c.n, c.granule, c.ranks};
   for (int d = 1; d < c.ranks; ++d) {
     const int j = (c.rank + d) % c.ranks;
     size_t b, len;
     detail::chunk_range(c, part, j, b, len);
     const size_t tiles = (len + stages::tile_elems - 1) / stages::tile_elems;
-    for (size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const size_t first = b + tile * stages::tile_elems + static_cast<size_t>(threadIdx.x) * stages::V;
+    for (size_t tile = warp; tile < tiles; tile += nwarps) {
+      const size_t first = b + tile * stages::tile_elems + static_cast<size_t>(lane) * stages::V;
       stages::gather(c.gathered + j * c.slot_bytes + tile * c.tile_bytes, out, first,
-                     detail::valid_count(first, b + len, stages::V), threadIdx.x);
+                     detail::valid_count(first, b + len, stages::V), lane);
     }
   }
 }

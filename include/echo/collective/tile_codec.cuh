@@ -21,7 +21,7 @@ template <class Q, class T>
 struct tile_codec<Q, T, std::enable_if_t<!Q::passthrough>> {
   static constexpr int bits = Q::bits;
   static constexpr int unit = 32 / (bits & -bits);  // fewest values whose codes fill whole words
-  static constexpr int wide = (128 / bits) / unit * unit;
+  static constexpr int wide = (64 / bits) / unit * unit;  // 8 bytes of codes a lane
   static constexpr int V = unit > (wide < Q::group ? wide : Q::group) ? unit : (wide < Q::group ? wide : Q::group);
   static constexpr int LANES = Q::group / V;
   static constexpr int WORDS = V * bits / 32;
@@ -82,7 +82,7 @@ struct tile_codec<Q, T, std::enable_if_t<!Q::passthrough>> {
 /// Passthrough: the packet holds the values rounded to T.
 template <class Q, class T>
 struct tile_codec<Q, T, std::enable_if_t<Q::passthrough>> {
-  static constexpr int V = 8;
+  static constexpr int V = 32 / sizeof(T);  // 32 bytes a lane: two 16-byte loads
   __host__ __device__ static constexpr size_t tile_bytes(int threads) {
     return static_cast<size_t>(threads) * V * sizeof(T);
   }

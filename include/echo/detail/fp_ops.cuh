@@ -9,6 +9,7 @@
 #include "../config.cuh"
 
 #include <cmath>
+#include <cstring>
 
 namespace echo::detail {
 
@@ -76,6 +77,35 @@ ECHO_HD float fmax2(float a, float b) {
   return std::fmax(a, b);
 #endif
 }
+
+/// rint(t) as an integer, saturating at +-2^22 (the codes are clamped far inside that anyway).
+/// Adding 1.5 * 2^23 rounds to an integer in the current (nearest-even) mode and leaves it in the
+/// low mantissa bits: exact, full-rate on the device where a float-to-int conversion is not.
+ECHO_HD int32_t round_to_int(float t) {
+  t = fmin2(fmax2(t, -4194304.0f), 4194304.0f);
+  uint32_t u;
+#if ECHO_DEVICE_COMPILE
+  u = __float_as_uint(add_rn(t, 12582912.0f));
+#else
+  const float f = add_rn(t, 12582912.0f);
+  std::memcpy(&u, &f, sizeof u);
+#endif
+  return static_cast<int32_t>(u - 0x4B400000u);
+}
+
+/// float(d), exactly, for |d| < 2^22 (the reverse trick).
+ECHO_HD float small_int_to_float(int32_t d) {
+  const uint32_t u = 0x4B400000u + static_cast<uint32_t>(d);
+#if ECHO_DEVICE_COMPILE
+  return sub_rn(__uint_as_float(u), 12582912.0f);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return sub_rn(f, 12582912.0f);
+#endif
+}
+
+ECHO_HD int32_t clamp_int(int32_t v, int32_t hi) { return v < 0 ? 0 : (v > hi ? hi : v); }
 
 ECHO_HD float clamp_code(float v, float max_code) { return fmin2(fmax2(v, 0.0f), max_code); }
 

@@ -3,6 +3,8 @@
 
 #include "../dtype.cuh"
 
+#include <type_traits>
+
 namespace echo::detail {
 
 #if ECHO_HAS_CUDA
@@ -69,9 +71,15 @@ __device__ __forceinline__ void store_floats(T* p, int valid, const float (&v)[V
 #pragma unroll
     for (int i = 0; i < V / per; ++i) {
       uint4 w;
-      T* e = reinterpret_cast<T*>(&w);
+      if constexpr (std::is_same<T, bfloat16_t>::value) {  // two values per conversion, same rounding
+        __nv_bfloat162* e = reinterpret_cast<__nv_bfloat162*>(&w);
 #pragma unroll
-      for (int j = 0; j < per; ++j) e[j] = element_traits<T>::from_float(v[i * per + j]);
+        for (int j = 0; j < per / 2; ++j) e[j] = __floats2bfloat162_rn(v[i * per + 2 * j], v[i * per + 2 * j + 1]);
+      } else {
+        T* e = reinterpret_cast<T*>(&w);
+#pragma unroll
+        for (int j = 0; j < per; ++j) e[j] = element_traits<T>::from_float(v[i * per + j]);
+      }
       q[i] = w;
     }
   } else {

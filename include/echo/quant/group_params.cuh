@@ -39,6 +39,7 @@ struct group_params {
   float scale;   ///< step of the grid (0 for a group that is all zero)
   float inv;     ///< 1 / scale rounded to nearest (0 when scale is 0)
   float offset;  ///< zero point (zero_aware), minimum (naive_zero_point) or code offset (symmetric)
+  int32_t zero;  ///< the integer code of 0.0 (zero_aware, symmetric); 0 for naive_zero_point
   bool finite;
 };
 
@@ -52,10 +53,10 @@ ECHO_HD uint16_t scale_bits(float s) {
   return h > echo::detail::half_max_finite ? echo::detail::half_max_finite : h;
 }
 
-ECHO_HD group_params widen(wire_params w, float offset) {
+ECHO_HD group_params widen(wire_params w, float offset, int32_t zero) {
   const float s = echo::detail::half_bits_to_float(w.p0);
   const bool finite = s == s;
-  return {s, (finite && s > 0.0f) ? echo::detail::rcp_rn(s) : 0.0f, offset, finite};
+  return {s, (finite && s > 0.0f) ? echo::detail::rcp_rn(s) : 0.0f, offset, zero, finite};
 }
 
 constexpr wire_params non_finite_params{echo::detail::half_nan, 0};

@@ -25,19 +25,18 @@ struct naive_zero_point : group_contract<Bits, Group> {
   }
 
   ECHO_HD static group_params unpack(wire_params w) {
-    return detail::widen(w, echo::detail::half_bits_to_float(w.p1));
+    return detail::widen(w, echo::detail::half_bits_to_float(w.p1), 0);
   }
 
   ECHO_HD static uint32_t encode(float x, const group_params& p) {
     using namespace echo::detail;
     if (!p.finite) return 0;
-    return static_cast<uint32_t>(
-        clamp_code(rint_even(mul_rn(sub_rn(x, p.offset), p.inv)), static_cast<float>(base::max_code)));
+    return static_cast<uint32_t>(clamp_int(round_to_int(mul_rn(sub_rn(x, p.offset), p.inv)), base::max_code));
   }
 
   ECHO_HD static float decode(uint32_t q, const group_params& p) {
     using namespace echo::detail;
-    return add_rn(p.offset, mul_rn(static_cast<float>(q), p.scale));
+    return add_rn(p.offset, mul_rn(small_int_to_float(static_cast<int32_t>(q)), p.scale));
   }
 };
 

@@ -20,18 +20,19 @@ struct symmetric : group_contract<Bits, Group> {
     return {detail::scale_bits(div_rn(m, code_offset - 1.0f)), 0};
   }
 
-  ECHO_HD static group_params unpack(wire_params w) { return detail::widen(w, code_offset); }
+  ECHO_HD static group_params unpack(wire_params w) {
+    return detail::widen(w, code_offset, static_cast<int32_t>(1u << (Bits - 1)));
+  }
 
   ECHO_HD static uint32_t encode(float x, const group_params& p) {
     using namespace echo::detail;
     if (!p.finite) return 0;
-    return static_cast<uint32_t>(
-        clamp_code(add_rn(rint_even(mul_rn(x, p.inv)), p.offset), static_cast<float>(base::max_code)));
+    return static_cast<uint32_t>(clamp_int(round_to_int(mul_rn(x, p.inv)) + p.zero, base::max_code));
   }
 
   ECHO_HD static float decode(uint32_t q, const group_params& p) {
     using namespace echo::detail;
-    return mul_rn(sub_rn(static_cast<float>(q), p.offset), p.scale);
+    return mul_rn(small_int_to_float(static_cast<int32_t>(q) - p.zero), p.scale);
   }
 };
 

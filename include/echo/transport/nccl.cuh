@@ -40,10 +40,13 @@ struct nccl {
     channel(const channel&) = delete;
     channel& operator=(const channel&) = delete;
     ~channel() {
+      int prev = -1;
+      if (cudaGetDevice(&prev) == cudaSuccess) (void)cudaSetDevice(comm_.device());
       for (auto& e : events_)
         if (e) (void)cudaEventDestroy(e);
       if (side_) (void)cudaStreamDestroy(side_);
       if (base_) (void)cudaFree(base_);
+      if (prev >= 0) (void)cudaSetDevice(prev);
       (void)cudaGetLastError();
     }
 
@@ -51,11 +54,11 @@ struct nccl {
 
     /// One call: n elements through chunks of whole tiles. Returns status::cuda_error or
     /// status::nccl_error on a failed launch.
-    template <class Q, class T, class S, bool Comp, int Threads>
+    template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
     status run(const T* in, T* out, S* state, bool store_send_error, size_t n, cudaStream_t stream, int grid) {
-      using stages = collective::tile_stages<Q, T, S, Comp, Threads>;
+      using stages = collective::tile_stages<Q, T, S, Comp, collective::tile_threads>;
       const int P = comm_.size(), me = comm_.rank();
-      const size_t tile_bytes = stages::codec::tile_bytes(Threads);
+      const size_t tile_bytes = stages::codec::tile_bytes(collective::tile_threads);
       const size_t slots = 3 * static_cast<size_t>(P) + 1;
       const size_t tiles = bytes_ / (sets * slots * tile_bytes);
       if (tiles == 0) return status::invalid_argument;
@@ -92,7 +95,7 @@ struct nccl {
       bool good = ok(cudaEventRecord(ev[0], stream)) && ok(cudaStreamWaitEvent(side_, ev[0], 0));
       auto push = [&](size_t k) {
         const auto s = set(k);
-        collective::push_kernel<Q, T, S, Comp, Threads><<<grid, Threads, 0, stream>>>(s, in, state, store_send_error);
+        collective::push_kernel<Q, T, S, Comp, Threads, MinBlocks><<<grid, Threads, 0, stream>>>(s, in, state, store_send_error);
         good = good && ok(cudaGetLastError()) && ok(cudaEventRecord(ev[1 + k % 2], stream)) &&
                ok(cudaStreamWaitEvent(side_, ev[1 + k % 2], 0));
         if (!good) return;
@@ -111,7 +114,7 @@ struct nccl {
         const auto s = set(k);
         good = good && ok(cudaStreamWaitEvent(stream, ev[3 + k % 2], 0));
         if (!good) return;
-        collective::reduce_kernel<Q, T, S, Comp, Threads><<<grid, Threads, 0, stream>>>(s, in, out, state);
+        collective::reduce_kernel<Q, T, S, Comp, Threads, MinBlocks><<<grid, Threads, 0, stream>>>(s, in, out, state);
         good = ok(cudaGetLastError()) && ok(cudaEventRecord(ev[5 + k % 2], stream)) &&
                ok(cudaStreamWaitEvent(side_, ev[5 + k % 2], 0));
         if (!good) return;
@@ -128,7 +131,7 @@ struct nccl {
       auto gather = [&](size_t k) {
         good = good && ok(cudaStreamWaitEvent(stream, ev[7 + k % 2], 0));
         if (!good) return;
-        collective::gather_kernel<Q, T, S, Comp, Threads><<<grid, Threads, 0, stream>>>(set(k), out);
+        collective::gather_kernel<Q, T, S, Comp, Threads, MinBlocks><<<grid, Threads, 0, stream>>>(set(k), out);
         good = ok(cudaGetLastError());
       };
       // Software pipeline over chunks (see the class comment for the order and why two sets do).
