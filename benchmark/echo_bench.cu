@@ -670,10 +670,10 @@ std::unique_ptr<runner> make_echo(bench_context& ctx) {
   return std::make_unique<echo_runner<Q, C, Path, Transport, Policy>>(ctx);
 }
 /// Tuning ablation: the same int4 path under another pipeline policy (results are identical).
-template <int Threads, int Blocks>
+template <int Threads, int Blocks, int FlagElems>
 std::unique_ptr<runner> make_echo_policy(bench_context& ctx) {
   return make_echo<echo::quant::zero_aware<4, 128>, echo::comp::none, path_choice::forced, echo::transport::cuda_ipc,
-                   echo::collective::pipeline_policy<Threads, Blocks>>(ctx);
+                   echo::collective::pipeline_policy<Threads, Blocks, FlagElems>>(ctx);
 }
 template <class Q, class C>
 std::unique_ptr<runner> make_echo_nccl(bench_context& ctx) {
@@ -706,8 +706,10 @@ const variant_spec k_variants[] = {
     {"echo_nccl_int4", make_echo_nccl<za4, c0>},
     {"echo_nccl_int4_ef", make_echo_nccl<za4, ef16>},
     {"echo_nccl_int8", make_echo_nccl<za8, c0>},
-    {"echo_int4_t256x2", make_echo_policy<256, 2>},
-    {"echo_int4_t256x3", make_echo_policy<256, 3>},
+    {"echo_int4_t256x3", make_echo_policy<256, 3, 4096>},
+    {"echo_int4_t256x3f16k", make_echo_policy<256, 3, 16384>},
+    {"echo_int4_t512x1f16k", make_echo_policy<512, 1, 16384>},
+    {"echo_int4_t256x4f8k", make_echo_policy<256, 4, 8192>},
 };
 constexpr size_t k_nccl = 0;
 constexpr size_t k_num_variants = std::size(k_variants);

@@ -214,8 +214,9 @@ class all_reduce {
   template <class Q, class E>
   status launch_ipc(const E* in, E* out, size_t n, cudaStream_t stream, storage* st, state_update mode) {
     using codec = collective::tile_codec<Q, E>;
-    constexpr size_t tile_elems = static_cast<size_t>(collective::tile_threads) * codec::V;
-    constexpr auto kernel = collective::pipeline_kernel<Q, E, storage, Comp::enabled, threads, Policy::blocks_per_sm>;
+    constexpr int U = collective::flag_subtiles<Q, E>(Policy::flag_elems);
+    constexpr size_t tile_elems = static_cast<size_t>(collective::tile_threads) * codec::V * U;
+    constexpr auto kernel = collective::pipeline_kernel<Q, E, storage, Comp::enabled, threads, Policy::blocks_per_sm, U>;
     const int P = comm_.size();
     collective::kernel_params<E, storage> p{};
     p.in = in;
@@ -226,7 +227,7 @@ class all_reduce {
     p.granule = detail::granule_of<Q>();
     p.rank = comm_.rank();
     p.ranks = P;
-    p.layout = collective::workspace_layout::fit(ws_->bytes(), P, codec::tile_bytes(collective::tile_threads));
+    p.layout = collective::workspace_layout::fit(ws_->bytes(), P, U * codec::tile_bytes(collective::tile_threads));
     if (p.layout.tiles == 0) return status::invalid_argument;
     p.round_len = p.layout.tiles * tile_elems;
     p.local = ws_->data();

@@ -130,11 +130,20 @@ struct tile_stages {
   }
 };
 
-template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
+/// Sub-tiles (one warp's 32 x V values each) that one flag covers: enough that the flag's
+/// system-scope fence is paid once per ~FlagElems values, not once per sub-tile.
+template <class Q, class T>
+constexpr int flag_subtiles(int flag_elems) {
+  const int sub = tile_threads * tile_codec<Q, T>::V;
+  return flag_elems > sub ? flag_elems / sub : 1;
+}
+
+template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks, int U>
 __global__ void __launch_bounds__(Threads, MinBlocks) pipeline_kernel(const kernel_params<T, S> p) {
   using stages = tile_stages<Q, T, S, Comp, tile_threads>;
   constexpr int V = stages::V;
-  constexpr size_t tile_elems = stages::tile_elems;
+  constexpr size_t sub_elems = stages::tile_elems;  // one warp's share of a tile
+  constexpr size_t tile_elems = sub_elems * U;       // what one flag covers
   constexpr int warps = Threads / 32;
   __shared__ uint32_t s_epoch;
   const int lane = threadIdx.x & 31;
@@ -151,6 +160,7 @@ __global__ void __launch_bounds__(Threads, MinBlocks) pipeline_kernel(const kern
   detail::round_range(p, part, 0, b0, len0);  // segment 0 is never shorter than the others
   const size_t tmax = (len0 + tile_elems - 1) / tile_elems;
   const size_t spread = static_cast<size_t>(P - 1) * tmax;
+  const size_t sub_bytes = L.tile_bytes / U;
   bool fail = false;
 
   // A. push
@@ -160,9 +170,11 @@ __global__ void __launch_bounds__(Threads, MinBlocks) pipeline_kernel(const kern
     size_t b, len;
     detail::round_range(p, part, j, b, len);
     if (tile * tile_elems >= len) continue;
-    const size_t first = b + tile * tile_elems + static_cast<size_t>(lane) * V;
-    stages::push(p.in, p.state, p.fuse_send_state, first, detail::valid_count(first, b + len, V), p.peer[j],
-                 L.recv_slot(me, tile), lane);
+    for (int u = 0; u < U && tile * tile_elems + u * sub_elems < len; ++u) {
+      const size_t first = b + tile * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
+      stages::push(p.in, p.state, p.fuse_send_state, first, detail::valid_count(first, b + len, V), p.peer[j],
+                   L.recv_slot(me, tile) + u * sub_bytes, lane);
+    }
     __syncwarp();
     if (lane == 0) echo::detail::store_release_sys(reinterpret_cast<uint32_t*>(p.peer[j] + L.recv_flag(me, tile)), epoch);
   }
@@ -178,9 +190,12 @@ __global__ void __launch_bounds__(Threads, MinBlocks) pipeline_kernel(const kern
           fail = !detail::warp_wait(reinterpret_cast<const uint32_t*>(p.local + L.recv_flag(i, tile)), epoch, sync + 2,
                                     p.spin_limit_ns);
       if (fail) break;
-      const size_t first = b + tile * tile_elems + static_cast<size_t>(lane) * V;
-      stages::reduce(p.in, p.out, p.state, first, detail::valid_count(first, b + len, V), me, P,
-                     p.local + L.recv_slot(0, tile), L.slot_bytes(), p.peer, P, me, L.gather_slot(me, tile), lane);
+      for (int u = 0; u < U && tile * tile_elems + u * sub_elems < len; ++u) {
+        const size_t first = b + tile * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
+        stages::reduce(p.in, p.out, p.state, first, detail::valid_count(first, b + len, V), me, P,
+                       p.local + L.recv_slot(0, tile) + u * sub_bytes, L.slot_bytes(), p.peer, P, me,
+                       L.gather_slot(me, tile) + u * sub_bytes, lane);
+      }
       __syncwarp();
       if (lane == 0)
         for (int j = 0; j < P; ++j)
@@ -199,8 +214,11 @@ __global__ void __launch_bounds__(Threads, MinBlocks) pipeline_kernel(const kern
     fail = !detail::warp_wait(reinterpret_cast<const uint32_t*>(p.local + L.gather_flag(j, tile)), epoch, sync + 2,
                               p.spin_limit_ns);
     if (fail) break;
-    const size_t first = b + tile * tile_elems + static_cast<size_t>(lane) * V;
-    stages::gather(p.local + L.gather_slot(j, tile), p.out, first, detail::valid_count(first, b + len, V), lane);
+    for (int u = 0; u < U && tile * tile_elems + u * sub_elems < len; ++u) {
+      const size_t first = b + tile * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
+      stages::gather(p.local + L.gather_slot(j, tile) + u * sub_bytes, p.out, first, detail::valid_count(first, b + len, V),
+                     lane);
+    }
   }
   if (fail && lane == 0) detail::give_up(sync, p.status);
 
