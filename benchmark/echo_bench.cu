@@ -706,10 +706,8 @@ const variant_spec k_variants[] = {
     {"echo_nccl_int4", make_echo_nccl<za4, c0>},
     {"echo_nccl_int4_ef", make_echo_nccl<za4, ef16>},
     {"echo_nccl_int8", make_echo_nccl<za8, c0>},
-    {"echo_int4_t256x3", make_echo_policy<256, 3, 4096>},
-    {"echo_int4_t256x3f16k", make_echo_policy<256, 3, 16384>},
-    {"echo_int4_t512x1f16k", make_echo_policy<512, 1, 16384>},
-    {"echo_int4_t256x4f8k", make_echo_policy<256, 4, 8192>},
+    {"echo_int4_t512x1", make_echo_policy<512, 1, 4096>},
+    {"echo_int4_t256x3f8k", make_echo_policy<256, 3, 8192>},
 };
 constexpr size_t k_nccl = 0;
 constexpr size_t k_num_variants = std::size(k_variants);

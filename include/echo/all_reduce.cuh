@@ -214,9 +214,9 @@ class all_reduce {
   template <class Q, class E>
   status launch_ipc(const E* in, E* out, size_t n, cudaStream_t stream, storage* st, state_update mode) {
     using codec = collective::tile_codec<Q, E>;
-    constexpr int U = collective::flag_subtiles<Q, E>(Policy::flag_elems);
-    constexpr size_t tile_elems = static_cast<size_t>(collective::tile_threads) * codec::V * U;
-    constexpr auto kernel = collective::pipeline_kernel<Q, E, storage, Comp::enabled, threads, Policy::blocks_per_sm, U>;
+    constexpr auto kernel = collective::pipeline_kernel<Q, E, storage, Comp::enabled, threads, Policy::blocks_per_sm>;
+    constexpr size_t sub_elems = static_cast<size_t>(collective::tile_threads) * codec::V;
+    constexpr size_t warps = threads / 32;
     const int P = comm_.size();
     collective::kernel_params<E, storage> p{};
     p.in = in;
@@ -227,17 +227,23 @@ class all_reduce {
     p.granule = detail::granule_of<Q>();
     p.rank = comm_.rank();
     p.ranks = P;
-    p.layout = collective::workspace_layout::fit(ws_->bytes(), P, U * codec::tile_bytes(collective::tile_threads));
+    // A flag covers U sub-tiles: one while a segment has fewer sub-tiles than a large GPU has
+    // warps (spread small messages wide), up to flag_elems values for large ones (amortise the
+    // flag's fence). U must be the same on every rank, so it depends on n and constants only.
+    constexpr size_t spread_warps = 2048;
+    const size_t seg0 = detail::partition{n, p.granule, P}.size(0);
+    const size_t u_max = std::max<size_t>(1, Policy::flag_elems / sub_elems);
+    p.subtiles = static_cast<int>(std::min(u_max, std::max<size_t>(1, seg0 / (sub_elems * spread_warps))));
+    const size_t tile_elems = sub_elems * p.subtiles;
+    p.layout = collective::workspace_layout::fit(ws_->bytes(), P, p.subtiles * codec::tile_bytes(collective::tile_threads));
     if (p.layout.tiles == 0) return status::invalid_argument;
     p.round_len = p.layout.tiles * tile_elems;
     p.local = ws_->data();
     p.peer = d_peers_;
     p.spin_limit_ns = static_cast<uint64_t>(opt_.spin_limit_seconds * 1e9);
     p.status = d_status_;
-    const size_t seg0 = detail::partition{n, p.granule, P}.size(0);
     const size_t rounds = (seg0 + p.round_len - 1) / p.round_len;
     const size_t tiles = std::min(p.layout.tiles, (seg0 + tile_elems - 1) / tile_elems);
-    constexpr size_t warps = threads / 32;
     const int grid = static_cast<int>(std::min<size_t>(max_grid<kernel>(), std::max<size_t>(1, ((P - 1) * tiles + warps - 1) / warps)));
     for (size_t r = 0; r < rounds; ++r) {
       p.round_offset = r * p.round_len;

@@ -18,6 +18,7 @@ struct kernel_params {
   int ranks;
   size_t round_offset;       ///< where this round starts inside every segment (elements)
   size_t round_len;          ///< elements of a segment handled per round
+  int subtiles;              ///< warp sub-tiles one flag covers (layout.tile_bytes / sub-tile bytes)
   workspace_layout layout;
   unsigned char* local;                         ///< this rank's workspace
   unsigned char* const* peer;  ///< device array: every rank's workspace, as this device sees it

@@ -130,20 +130,13 @@ struct tile_stages {
   }
 };
 
-/// Sub-tiles (one warp's 32 x V values each) that one flag covers: enough that the flag's
-/// system-scope fence is paid once per ~FlagElems values, not once per sub-tile.
-template <class Q, class T>
-constexpr int flag_subtiles(int flag_elems) {
-  const int sub = tile_threads * tile_codec<Q, T>::V;
-  return flag_elems > sub ? flag_elems / sub : 1;
-}
-
-template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks, int U>
+template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
 __global__ void __launch_bounds__(Threads, MinBlocks) pipeline_kernel(const kernel_params<T, S> p) {
   using stages = tile_stages<Q, T, S, Comp, tile_threads>;
   constexpr int V = stages::V;
-  constexpr size_t sub_elems = stages::tile_elems;  // one warp's share of a tile
-  constexpr size_t tile_elems = sub_elems * U;       // what one flag covers
+  constexpr size_t sub_elems = stages::tile_elems;  // one warp's sub-tile
+  const int U = p.subtiles;                          // sub-tiles a flag covers
+  const size_t tile_elems = sub_elems * U;
   constexpr int warps = Threads / 32;
   __shared__ uint32_t s_epoch;
   const int lane = threadIdx.x & 31;

@@ -6,7 +6,7 @@
 
 namespace echo::collective {
 
-template <int Threads = 512, int BlocksPerSm = 1, int FlagElems = 4096>
+template <int Threads = 256, int BlocksPerSm = 3, int FlagElems = 4096>
 struct pipeline_policy {
   static_assert(FlagElems >= 32, "pipeline_policy: FlagElems >= 32");
   static_assert(Threads % 32 == 0 && Threads >= 64 && Threads <= 1024, "pipeline_policy: Threads must be a multiple of 32 in [64, 1024]");
@@ -15,8 +15,8 @@ struct pipeline_policy {
   /// Resident blocks per SM the kernels are compiled for (__launch_bounds__ minimum, which caps
   /// registers at 65536 / (Threads * BlocksPerSm)) and the most the grid uses.
   static constexpr int blocks_per_sm = BlocksPerSm;
-  /// Values one ready flag covers in the cuda_ipc kernel (rounded to whole warp tiles): larger
-  /// amortises the flag's system-scope fence, smaller spreads mid-size messages over more warps.
+  /// The most values one ready flag covers in the cuda_ipc kernel (whole warp sub-tiles): larger
+  /// amortises the flag's system-scope fence; small messages use fewer so every warp has work.
   static constexpr int flag_elems = FlagElems;
 };
 
