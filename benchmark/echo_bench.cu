@@ -707,7 +707,7 @@ const variant_spec k_variants[] = {
     {"echo_nccl_int4_ef", make_echo_nccl<za4, ef16>},
     {"echo_nccl_int8", make_echo_nccl<za8, c0>},
     {"echo_int4_t512x1", make_echo_policy<512, 1, 4096>},
-    {"echo_int4_t256x3f8k", make_echo_policy<256, 3, 8192>},
+    {"echo_int4_t256x2", make_echo_policy<256, 2, 4096>},
 };
 constexpr size_t k_nccl = 0;
 constexpr size_t k_num_variants = std::size(k_variants);

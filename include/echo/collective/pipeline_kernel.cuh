@@ -72,22 +72,37 @@ struct tile_stages {
   static constexpr int V = codec::V;
   static constexpr size_t tile_elems = static_cast<size_t>(Threads) * V;
 
+  /// The loads of a thread's entry operands (x and the stored error c), issued ahead of use.
+  struct operands {
+    echo::detail::raw_run<T, V> x;
+    echo::detail::raw_run<S, V> c;
+  };
+  __device__ __forceinline__ static operands fetch(const T* in, const S* state, size_t first, int valid) {
+    operands o;
+    o.x = echo::detail::load_raw<T, V>(in + first, valid);
+    if constexpr (Comp) o.c = echo::detail::load_raw<S, V>(state + first, valid);
+    return o;
+  }
+
   /// x' = x + c (the stored error of the chain).
-  __device__ __forceinline__ static void entry(const T* in, const S* state, size_t first, int valid, float (&x)[V]) {
-    echo::detail::load_floats<T, V>(in + first, valid, x);
+  __device__ __forceinline__ static void entry(const operands& o, float (&x)[V]) {
+    echo::detail::widen(o.x, x);
     if constexpr (Comp) {
       float c[V];
-      echo::detail::load_floats<S, V>(state + first, valid, c);
+      echo::detail::widen(o.c, c);
 #pragma unroll
       for (int i = 0; i < V; ++i) x[i] = echo::detail::add_rn(x[i], c[i]);
     }
   }
+  __device__ __forceinline__ static void entry(const T* in, const S* state, size_t first, int valid, float (&x)[V]) {
+    entry(fetch(in, state, first, valid), x);
+  }
 
   /// A: quantize x' into the packet at dst + offset; store the send error when asked.
-  __device__ __forceinline__ static void push(const T* in, S* state, bool store_error, size_t first, int valid,
+  __device__ __forceinline__ static void push(const operands& o, S* state, bool store_error, size_t first, int valid,
                                               unsigned char* dst, size_t offset, int t) {
     float x[V], dq[V];
-    entry(in, state, first, valid, x);
+    entry(o, x);
     codec::encode(x, valid, &dst, 1, -1, offset, Threads, t, dq);
     if constexpr (Comp) {
       if (store_error) {
@@ -100,13 +115,13 @@ struct tile_stages {
 
   /// B: S = sum over ranks 0..P-1 of (own x' | receipt from recv0 + i * recv_stride), one
   /// quantization into the packets at bases[d] + offset (d != skip), own output and error.
-  __device__ __forceinline__ static void reduce(const T* in, T* out, S* state, size_t first, int valid, int me, int P,
-                                                const unsigned char* recv0, size_t recv_stride,
+  __device__ __forceinline__ static void reduce(const operands& own, T* out, S* state, size_t first, int valid, int me,
+                                                int P, const unsigned char* recv0, size_t recv_stride,
                                                 unsigned char* const* bases, int nbases, int skip, size_t offset, int t) {
     float acc[V];
     for (int i = 0; i < P; ++i) {
       float term[V];
-      if (i == me) entry(in, state, first, valid, term);  // the owner's own term is never quantized
+      if (i == me) entry(own, term);  // the owner's own term is never quantized
       else codec::decode(recv0 + i * recv_stride, Threads, t, term);
 #pragma unroll
       for (int v = 0; v < V; ++v) acc[v] = i == 0 ? term[v] : echo::detail::add_rn(acc[v], term[v]);
@@ -163,10 +178,19 @@ __global__ void __launch_bounds__(Threads, MinBlocks) pipeline_kernel(const kern
     size_t b, len;
     detail::round_range(p, part, j, b, len);
     if (tile * tile_elems >= len) continue;
-    for (int u = 0; u < U && tile * tile_elems + u * sub_elems < len; ++u) {
-      const size_t first = b + tile * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
-      stages::push(p.in, p.state, p.fuse_send_state, first, detail::valid_count(first, b + len, V), p.peer[j],
-                   L.recv_slot(me, tile) + u * sub_bytes, lane);
+    // Sub-tile u + 1's loads are issued before sub-tile u is computed.
+    const int subs = static_cast<int>(min(static_cast<size_t>(U), (len - tile * tile_elems + sub_elems - 1) / sub_elems));
+    size_t first = b + tile * tile_elems + static_cast<size_t>(lane) * V;
+    int valid = detail::valid_count(first, b + len, V);
+    auto next = stages::fetch(p.in, p.state, first, valid);
+    for (int u = 0; u < subs; ++u) {
+      const auto cur = next;
+      const size_t f = first;
+      const int vc = valid;
+      first += sub_elems;
+      valid = detail::valid_count(first, b + len, V);
+      if (u + 1 < subs) next = stages::fetch(p.in, p.state, first, valid);
+      stages::push(cur, p.state, p.fuse_send_state, f, vc, p.peer[j], L.recv_slot(me, tile) + u * sub_bytes, lane);
     }
     __syncwarp();
     if (lane == 0) echo::detail::store_release_sys(reinterpret_cast<uint32_t*>(p.peer[j] + L.recv_flag(me, tile)), epoch);
@@ -183,11 +207,19 @@ __global__ void __launch_bounds__(Threads, MinBlocks) pipeline_kernel(const kern
           fail = !detail::warp_wait(reinterpret_cast<const uint32_t*>(p.local + L.recv_flag(i, tile)), epoch, sync + 2,
                                     p.spin_limit_ns);
       if (fail) break;
-      for (int u = 0; u < U && tile * tile_elems + u * sub_elems < len; ++u) {
-        const size_t first = b + tile * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
-        stages::reduce(p.in, p.out, p.state, first, detail::valid_count(first, b + len, V), me, P,
-                       p.local + L.recv_slot(0, tile) + u * sub_bytes, L.slot_bytes(), p.peer, P, me,
-                       L.gather_slot(me, tile) + u * sub_bytes, lane);
+      const int subs = static_cast<int>(min(static_cast<size_t>(U), (len - tile * tile_elems + sub_elems - 1) / sub_elems));
+      size_t first = b + tile * tile_elems + static_cast<size_t>(lane) * V;
+      int valid = detail::valid_count(first, b + len, V);
+      auto next = stages::fetch(p.in, p.state, first, valid);
+      for (int u = 0; u < subs; ++u) {
+        const auto cur = next;
+        const size_t f = first;
+        const int vc = valid;
+        first += sub_elems;
+        valid = detail::valid_count(first, b + len, V);
+        if (u + 1 < subs) next = stages::fetch(p.in, p.state, first, valid);
+        stages::reduce(cur, p.out, p.state, f, vc, me, P, p.local + L.recv_slot(0, tile) + u * sub_bytes, L.slot_bytes(),
+                       p.peer, P, me, L.gather_slot(me, tile) + u * sub_bytes, lane);
       }
       __syncwarp();
       if (lane == 0)

@@ -53,7 +53,8 @@ __global__ void __launch_bounds__(Threads, MinBlocks) push_kernel(const chunk_pa
     const size_t tiles = (len + stages::tile_elems - 1) / stages::tile_elems;
     for (size_t tile = warp; tile < tiles; tile += nwarps) {
       const size_t first = b + tile * stages::tile_elems + static_cast<size_t>(lane) * stages::V;
-      stages::push(in, state, store_error, first, detail::valid_count(first, b + len, stages::V),
+      const int valid = detail::valid_count(first, b + len, stages::V);
+      stages::push(stages::fetch(in, state, first, valid), state, store_error, first, valid,
                    c.send + j * c.slot_bytes, tile * c.tile_bytes, lane);
     }
   }
@@ -72,7 +73,8 @@ __global__ void __launch_bounds__(Threads, MinBlocks) reduce_kernel(const chunk_
   unsigned char* const reduced = c.reduced;
   for (size_t tile = warp; tile < tiles; tile += nwarps) {
     const size_t first = b + tile * stages::tile_elems + static_cast<size_t>(lane) * stages::V;
-    stages::reduce(in, out, state, first, detail::valid_count(first, b + len, stages::V), c.rank, c.ranks,
+    const int valid = detail::valid_count(first, b + len, stages::V);
+    stages::reduce(stages::fetch(in, state, first, valid), out, state, first, valid, c.rank, c.ranks,
                    c.recv + tile * c.tile_bytes, c.slot_bytes, &reduced, 1, -1, tile * c.tile_bytes, lane);
   }
 }

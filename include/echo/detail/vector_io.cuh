@@ -30,6 +30,36 @@ __device__ __forceinline__ void load_floats(const T* p, int valid, float (&v)[V]
   }
 }
 
+/// V consecutive elements as loaded, not yet widened: lets a warp issue the loads of its next
+/// sub-tile before it computes the current one.
+template <class T, int V>
+struct raw_run {
+  static_assert((V * sizeof(T)) % 16 == 0, "a run must be whole 16-byte vectors");
+  uint4 w[V * sizeof(T) / 16];
+};
+
+template <class T, int V>
+__device__ __forceinline__ raw_run<T, V> load_raw(const T* p, int valid) {
+  raw_run<T, V> r;
+  if (valid == V) {
+    const uint4* q = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+    for (int i = 0; i < V * int(sizeof(T)) / 16; ++i) r.w[i] = q[i];
+  } else {
+    T* e = reinterpret_cast<T*>(r.w);
+#pragma unroll
+    for (int i = 0; i < V; ++i) e[i] = i < valid ? p[i] : T{};
+  }
+  return r;
+}
+
+template <class T, int V>
+__device__ __forceinline__ void widen(const raw_run<T, V>& r, float (&v)[V]) {
+  const T* e = reinterpret_cast<const T*>(r.w);
+#pragma unroll
+  for (int i = 0; i < V; ++i) v[i] = element_traits<T>::to_float(e[i]);
+}
+
 /// As load_floats, bypassing L1 (for data a peer wrote during this kernel).
 template <class T, int V>
 __device__ __forceinline__ void load_floats_cg(const T* p, int valid, float (&v)[V]) {
