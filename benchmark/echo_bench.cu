@@ -17,7 +17,7 @@
 //   echo_nccl_int8    zero_aware<8,128>, comp::none, transport::nccl
 // The echo_* variants without "nccl" in the name use transport::cuda_ipc (peer loads over
 // NVLink / PCIe, never through NCCL). Every echo_* variant except echo_dispatch forces its path
-// (nccl_below_bytes = passthrough_below_bytes = 0).
+// (passthrough_below_bytes = 0).
 // Sizes: 64 KiB .. 1 GiB of bf16 (n = bytes / 2), out of place, random normal inputs (std 1),
 // different on every rank. ECHO_BENCH_SIZES restricts them (below).
 //
@@ -52,6 +52,7 @@
 //   ECHO_BENCH_SIZES=list    comma-separated sizes in bytes, optional suffix K, M, G (KiB, MiB,
 //                            GiB; "KB"/"KiB" spellings too), e.g. "64K,1M,16M,256M"; even, at
 //                            most 1G. Default: 64K,256K,1M,4M,16M,64M,256M,1G
+//   ECHO_BENCH_WORKSPACE_MIB=N  workspace cap of every Echo object (default: the library's)
 //   ECHO_BENCH_LABEL=text    a free-text label for the run (e.g. "nccl-socket"), printed in the
 //                            header and the summary and stored in the JSON context
 // NCCL's environment is left alone (echo_bench only prints the NCCL_* variables it finds). To
@@ -564,8 +565,8 @@ class echo_runner final : public runner {
  public:
   explicit echo_runner(bench_context& ctx) : ctx_(ctx), ar_(static_cast<size_t>(ctx.size())), ch_(ar_.size()) {
     typename AR::options opt{};
+    if (const char* w = std::getenv("ECHO_BENCH_WORKSPACE_MIB")) opt.workspace_bytes = std::strtoull(w, nullptr, 10) << 20;
     if constexpr (Path == path_choice::forced) {
-      opt.nccl_below_bytes = 0;
       opt.passthrough_below_bytes = 0;
     }
     try {
@@ -587,7 +588,6 @@ class echo_runner final : public runner {
     if constexpr (!threaded) {
       runner::call_rank(r, n);
     } else {
-      // On its own thread a rank's NCCL fallback (below nccl_below_bytes) needs no group either.
       const rank_res& R = ctx_.rank(r);
       AR& ar = *ar_[static_cast<size_t>(r)];
       echo::status st;
@@ -600,10 +600,6 @@ class echo_runner final : public runner {
   void call(size_t n) override {
     if constexpr (threaded)
       throw std::logic_error("echo_bench: a transport::nccl variant driven from one thread (would deadlock)");
-    // Below nccl_below_bytes() a call is NCCL's all-reduce, which one thread driving several
-    // GPUs must issue inside a group; for every other call the group is empty.
-    const bool group = nccl_path(n * sizeof(bf16));
-    if (group) BENCH_NCCL(ncclGroupStart());
     echo::status st = echo::status::success;
     int bad = -1;
     for (int r = 0; r < ctx_.size() && st == echo::status::success; ++r) {
@@ -617,9 +613,7 @@ class echo_runner final : public runner {
       }
       if (st != echo::status::success) bad = r;
     }
-    const ncclResult_t end = group ? ncclGroupEnd() : ncclSuccess;
     if (st != echo::status::success) throw std::runtime_error(call_error(bad, st));
-    if (end != ncclSuccess) throw std::runtime_error(std::string("ncclGroupEnd: ") + ncclGetErrorString(end));
   }
 
   void check() const override {
@@ -633,7 +627,6 @@ class echo_runner final : public runner {
   bool size_dispatch() const override { return Path == path_choice::dispatch; }
 
   std::string path(size_t bytes) const override {
-    if (nccl_path(bytes)) return "nccl";
     if (bytes < ar_[0]->passthrough_below_bytes()) return "none16";
     if constexpr (Q::passthrough) return "none16";
     else return std::string(Q::name) + "<" + std::to_string(Q::bits) + "," + std::to_string(Q::group) + ">";
@@ -644,11 +637,6 @@ class echo_runner final : public runner {
     std::string msg = "echo::all_reduce on rank " + std::to_string(r) + ": " + echo::to_string(st);
     if (st == echo::status::cuda_error) msg += std::string(" (") + cudaGetErrorString(cudaGetLastError()) + ")";
     return msg;
-  }
-
-  bool nccl_path(size_t bytes) const {
-    if constexpr (C::enabled) return false;  // compensated calls never leave Echo's pipeline
-    else return ctx_.comms()[0].nccl() != nullptr && bytes < ar_[0]->nccl_below_bytes();
   }
 
   void release() {

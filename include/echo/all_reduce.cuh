@@ -30,7 +30,6 @@ enum class state_update { fused, deferred };
 struct all_reduce_options {
   size_t workspace_bytes = size_t(256) << 20;  ///< cap on the symmetric workspace per rank
   double spin_limit_seconds = 10.0;            ///< a peer missing longer than this is a timeout
-  long long nccl_below_bytes = -1;             ///< -1: from echo::dispatch_table
   long long passthrough_below_bytes = -1;      ///< -1: from echo::dispatch_table
 };
 
@@ -62,7 +61,6 @@ class all_reduce {
     ECHO_CUDA_TRY(cudaGetDeviceProperties(&prop, comm.device()));
     sms_ = prop.multiProcessorCount;
     const dispatch_entry d = lookup_dispatch(prop.name, comm.size());
-    nccl_below_ = opt.nccl_below_bytes >= 0 ? static_cast<size_t>(opt.nccl_below_bytes) : d.nccl_below;
     passthrough_below_ = opt.passthrough_below_bytes >= 0 ? static_cast<size_t>(opt.passthrough_below_bytes) : d.passthrough_below;
     ECHO_CUDA_TRY(cudaHostAlloc(&status_, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
     *status_ = 0;
@@ -108,10 +106,6 @@ class all_reduce {
       return status::success;
     }
     const size_t bytes = n * sizeof(T);
-    if (!Comp::enabled && comm_.nccl() && bytes < nccl_below_) {
-      const ncclDataType_t dt = sizeof(T) == 4 ? ncclFloat32 : (std::is_same<E, half_t>::value ? ncclFloat16 : ncclBfloat16);
-      return ncclAllReduce(in, out, n, dt, ncclSum, comm_.nccl(), stream) == ncclSuccess ? status::success : status::nccl_error;
-    }
     auto* st = state_of(ch);
     if (bytes < passthrough_below_)
       return launch<quant::none>(reinterpret_cast<const E*>(in), reinterpret_cast<E*>(out), n, stream, st, mode);
@@ -153,7 +147,6 @@ class all_reduce {
   size_t max_elements() const { return max_elements_; }
   size_t workspace_bytes() const { return ws_ ? ws_->bytes() : channel_ ? channel_->bytes() : 0; }
   size_t passthrough_below_bytes() const { return passthrough_below_; }
-  size_t nccl_below_bytes() const { return nccl_below_; }
 
  private:
   struct device_guard {
@@ -278,7 +271,7 @@ class all_reduce {
   size_t max_elements_;
   options opt_;
   int sms_ = 1;
-  size_t nccl_below_ = 0, passthrough_below_ = 0;
+  size_t passthrough_below_ = 0;
   int* status_ = nullptr;
   int* d_status_ = nullptr;
   std::unique_ptr<transport::cuda_ipc::symmetric_buffer> ws_;  // cuda_ipc

@@ -105,7 +105,6 @@ TEST_CASE("two chains interleaved on two streams") {
 TEST_CASE("size dispatch: small calls take the 16-bit path, large ones the quantized path") {
   echo::all_reduce_options opt;
   opt.passthrough_below_bytes = 1 << 20;
-  opt.nccl_below_bytes = 0;
   reference_check<za4, echo::comp::none, bf16> rc(1000003, opt);
   CHECK(rc.ar(0).passthrough_below_bytes() == (1u << 20));
   rc.step(1000003);  // 2 MB: quantized, checked against reference<zero_aware>

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Turn echo_bench JSON output into the markdown tables (and optionally a plot) in docs/.
+
+usage: scripts/bench_report.py BENCH.json [--plot OUT.png] [--variants a,b,c]
+"""
+import argparse
+import json
+import re
+from collections import defaultdict
+
+
+def human(n):
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
+def load(path):
+    data = json.load(open(path))
+    rows = defaultdict(dict)  # size -> variant -> (time_us, busbw, speedup)
+    order = []
+    for b in data["benchmarks"]:
+        m = re.match(r"([^/]+)/bytes:(\d+)/", b["name"])
+        if not m:
+            continue
+        variant, size = m.group(1), int(m.group(2))
+        if variant not in order:
+            order.append(variant)
+        rows[size][variant] = (b["time_us"], b["busbw_GBps"], b["speedup_vs_nccl"])
+    return data.get("context", {}), rows, order
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("json")
+    ap.add_argument("--plot")
+    ap.add_argument("--variants")
+    args = ap.parse_args()
+    ctx, rows, order = load(args.json)
+    if args.variants:
+        order = [v for v in args.variants.split(",") if v in order]
+    label = ctx.get("echo_bench_label") or "nvlink"
+    print(f"Run: {ctx.get('date', '?')}, label {label}; cell = time (us) / busbw (GB/s) / speedup vs NCCL\n")
+    print("| size | " + " | ".join(order) + " |")
+    print("|---|" + "---|" * len(order))
+    for size in sorted(rows):
+        cells = []
+        for v in order:
+            if v in rows[size]:
+                t, bw, sp = rows[size][v]
+                cells.append(f"{t:.1f} / {bw:.0f} / {sp:.2f}x")
+            else:
+                cells.append("-")
+        print(f"| {human(size)} | " + " | ".join(cells) + " |")
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        sizes = sorted(rows)
+        for v in order:
+            ys = [rows[s][v][2] if v in rows[s] else None for s in sizes]
+            ax.plot([s for s, y in zip(sizes, ys) if y], [y for y in ys if y], marker="o", label=v)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([human(s) for s in sizes], rotation=30)
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set_ylabel("speedup over NCCL bf16 all-reduce")
+        ax.set_title(f"Echo vs NCCL, {label}, bf16 ({ctx.get('date', '')[:10]})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
