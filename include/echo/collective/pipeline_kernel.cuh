@@ -61,6 +61,24 @@ __device__ __forceinline__ bool warp_wait(const uint32_t* flag, uint32_t want, c
   return ok != 0;
 }
 
+/// f(operands, first, valid, u) for the `subs` sub-tiles of a flag tile starting at `first`;
+/// sub-tile u + 1's loads are issued before f runs on sub-tile u.
+template <class Stages, class T, class S, class F>
+__device__ __forceinline__ void over_subtiles(const T* in, const S* state, size_t first, size_t end, int subs,
+                                              size_t sub_elems, F&& f) {
+  int valid = valid_count(first, end, Stages::V);
+  auto next = Stages::fetch(in, state, first, valid);
+  for (int u = 0; u < subs; ++u) {
+    const auto cur = next;
+    const size_t f_first = first;
+    const int f_valid = valid;
+    first += sub_elems;
+    valid = valid_count(first, end, Stages::V);
+    if (u + 1 < subs) next = Stages::fetch(in, state, first, valid);
+    f(cur, f_first, f_valid, u);
+  }
+}
+
 }  // namespace detail
 
 /// The three per-tile stages, shared by the fused kernel (cuda_ipc) and the staged kernels
@@ -178,20 +196,12 @@ __global__ void __launch_bounds__(Threads, MinBlocks) pipeline_kernel(const kern
     size_t b, len;
     detail::round_range(p, part, j, b, len);
     if (tile * tile_elems >= len) continue;
-    // Sub-tile u + 1's loads are issued before sub-tile u is computed.
     const int subs = static_cast<int>(min(static_cast<size_t>(U), (len - tile * tile_elems + sub_elems - 1) / sub_elems));
-    size_t first = b + tile * tile_elems + static_cast<size_t>(lane) * V;
-    int valid = detail::valid_count(first, b + len, V);
-    auto next = stages::fetch(p.in, p.state, first, valid);
-    for (int u = 0; u < subs; ++u) {
-      const auto cur = next;
-      const size_t f = first;
-      const int vc = valid;
-      first += sub_elems;
-      valid = detail::valid_count(first, b + len, V);
-      if (u + 1 < subs) next = stages::fetch(p.in, p.state, first, valid);
-      stages::push(cur, p.state, p.fuse_send_state, f, vc, p.peer[j], L.recv_slot(me, tile) + u * sub_bytes, lane);
-    }
+    detail::over_subtiles<stages>(p.in, p.state, b + tile * tile_elems + static_cast<size_t>(lane) * V, b + len, subs,
+                                  sub_elems, [&](const auto& ops, size_t first, int valid, int u) {
+                                    stages::push(ops, p.state, p.fuse_send_state, first, valid, p.peer[j],
+                                                 L.recv_slot(me, tile) + u * sub_bytes, lane);
+                                  });
     __syncwarp();
     if (lane == 0) echo::detail::store_release_sys(reinterpret_cast<uint32_t*>(p.peer[j] + L.recv_flag(me, tile)), epoch);
   }
@@ -208,19 +218,12 @@ __global__ void __launch_bounds__(Threads, MinBlocks) pipeline_kernel(const kern
                                     p.spin_limit_ns);
       if (fail) break;
       const int subs = static_cast<int>(min(static_cast<size_t>(U), (len - tile * tile_elems + sub_elems - 1) / sub_elems));
-      size_t first = b + tile * tile_elems + static_cast<size_t>(lane) * V;
-      int valid = detail::valid_count(first, b + len, V);
-      auto next = stages::fetch(p.in, p.state, first, valid);
-      for (int u = 0; u < subs; ++u) {
-        const auto cur = next;
-        const size_t f = first;
-        const int vc = valid;
-        first += sub_elems;
-        valid = detail::valid_count(first, b + len, V);
-        if (u + 1 < subs) next = stages::fetch(p.in, p.state, first, valid);
-        stages::reduce(cur, p.out, p.state, f, vc, me, P, p.local + L.recv_slot(0, tile) + u * sub_bytes, L.slot_bytes(),
-                       p.peer, P, me, L.gather_slot(me, tile) + u * sub_bytes, lane);
-      }
+      detail::over_subtiles<stages>(p.in, p.state, b + tile * tile_elems + static_cast<size_t>(lane) * V, b + len, subs,
+                                    sub_elems, [&](const auto& ops, size_t first, int valid, int u) {
+                                      stages::reduce(ops, p.out, p.state, first, valid, me, P,
+                                                     p.local + L.recv_slot(0, tile) + u * sub_bytes, L.slot_bytes(),
+                                                     p.peer, P, me, L.gather_slot(me, tile) + u * sub_bytes, lane);
+                                    });
       __syncwarp();
       if (lane == 0)
         for (int j = 0; j < P; ++j)

@@ -39,63 +39,55 @@ __device__ __forceinline__ void chunk_range(const chunk_params& c, const echo::d
 
 }  // namespace detail
 
-template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
-__global__ void __launch_bounds__(Threads, MinBlocks) push_kernel(const chunk_params c, const T* in, S* state, bool store_error) {
-  using stages = tile_stages<Q, T, S, Comp, tile_threads>;
+namespace detail {
+
+/// f(tile, first, valid) for every tile of segment j's share of the chunk that this warp owns.
+template <class Stages, int Threads, class F>
+__device__ __forceinline__ void warp_tiles(const chunk_params& c, int j, F&& f) {
   const int lane = threadIdx.x & 31;
   const size_t warp = static_cast<size_t>(blockIdx.x) * (Threads / 32) + threadIdx.x / 32;
   const size_t nwarps = static_cast<size_t>(gridDim.x) * (Threads / 32);
-  const echo::detail::partition part{c.n, c.granule, c.ranks};
+  size_t b, len;
+  chunk_range(c, echo::detail::partition{c.n, c.granule, c.ranks}, j, b, len);
+  const size_t tiles = (len + Stages::tile_elems - 1) / Stages::tile_elems;
+  for (size_t tile = warp; tile < tiles; tile += nwarps) {
+    const size_t first = b + tile * Stages::tile_elems + static_cast<size_t>(lane) * Stages::V;
+    f(tile, first, valid_count(first, b + len, Stages::V));
+  }
+}
+
+}  // namespace detail
+
+template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
+__global__ void __launch_bounds__(Threads, MinBlocks) push_kernel(const chunk_params c, const T* in, S* state, bool store_error) {
+  using stages = tile_stages<Q, T, S, Comp, tile_threads>;
   for (int d = 1; d < c.ranks; ++d) {
     const int j = (c.rank + d) % c.ranks;
-    size_t b, len;
-    detail::chunk_range(c, part, j, b, len);
-    const size_t tiles = (len + stages::tile_elems - 1) / stages::tile_elems;
-    for (size_t tile = warp; tile < tiles; tile += nwarps) {
-      const size_t first = b + tile * stages::tile_elems + static_cast<size_t>(lane) * stages::V;
-      const int valid = detail::valid_count(first, b + len, stages::V);
-      stages::push(stages::fetch(in, state, first, valid), state, store_error, first, valid,
-                   c.send + j * c.slot_bytes, tile * c.tile_bytes, lane);
-    }
+    detail::warp_tiles<stages, Threads>(c, j, [&](size_t tile, size_t first, int valid) {
+      stages::push(stages::fetch(in, state, first, valid), state, store_error, first, valid, c.send + j * c.slot_bytes,
+                   tile * c.tile_bytes, threadIdx.x & 31);
+    });
   }
 }
 
 template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
 __global__ void __launch_bounds__(Threads, MinBlocks) reduce_kernel(const chunk_params c, const T* in, T* out, S* state) {
   using stages = tile_stages<Q, T, S, Comp, tile_threads>;
-  const int lane = threadIdx.x & 31;
-  const size_t warp = static_cast<size_t>(blockIdx.x) * (Threads / 32) + threadIdx.x / 32;
-  const size_t nwarps = static_cast<size_t>(gridDim.x) * (Threads / 32);
-  const echo::detail::partition part{c.n, c.granule, c.ranks};
-  size_t b, len;
-  detail::chunk_range(c, part, c.rank, b, len);
-  const size_t tiles = (len + stages::tile_elems - 1) / stages::tile_elems;
   unsigned char* const reduced = c.reduced;
-  for (size_t tile = warp; tile < tiles; tile += nwarps) {
-    const size_t first = b + tile * stages::tile_elems + static_cast<size_t>(lane) * stages::V;
-    const int valid = detail::valid_count(first, b + len, stages::V);
+  detail::warp_tiles<stages, Threads>(c, c.rank, [&](size_t tile, size_t first, int valid) {
     stages::reduce(stages::fetch(in, state, first, valid), out, state, first, valid, c.rank, c.ranks,
-                   c.recv + tile * c.tile_bytes, c.slot_bytes, &reduced, 1, -1, tile * c.tile_bytes, lane);
-  }
+                   c.recv + tile * c.tile_bytes, c.slot_bytes, &reduced, 1, -1, tile * c.tile_bytes, threadIdx.x & 31);
+  });
 }
 
 template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
 __global__ void __launch_bounds__(Threads, MinBlocks) gather_kernel(const chunk_params c, T* out) {
   using stages = tile_stages<Q, T, S, Comp, tile_threads>;
-  const int lane = threadIdx.x & 31;
-  const size_t warp = static_cast<size_t>(blockIdx.x) * (Threads / 32) + threadIdx.x / 32;
-  const size_t nwarps = static_cast<size_t>(gridDim.x) * (Threads / 32);
-  const echo::detail::partition part{c.n, c.granule, c.ranks};
   for (int d = 1; d < c.ranks; ++d) {
     const int j = (c.rank + d) % c.ranks;
-    size_t b, len;
-    detail::chunk_range(c, part, j, b, len);
-    const size_t tiles = (len + stages::tile_elems - 1) / stages::tile_elems;
-    for (size_t tile = warp; tile < tiles; tile += nwarps) {
-      const size_t first = b + tile * stages::tile_elems + static_cast<size_t>(lane) * stages::V;
-      stages::gather(c.gathered + j * c.slot_bytes + tile * c.tile_bytes, out, first,
-                     detail::valid_count(first, b + len, stages::V), lane);
-    }
+    detail::warp_tiles<stages, Threads>(c, j, [&](size_t tile, size_t first, int valid) {
+      stages::gather(c.gathered + j * c.slot_bytes + tile * c.tile_bytes, out, first, valid, threadIdx.x & 31);
+    });
   }
 }
 
