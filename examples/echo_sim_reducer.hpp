@@ -1,0 +1,105 @@
+// echo-sim: the runtime choice of quantizer x bits x group x compensator, mapped onto
+// echo::reference::all_reduce<Q, C>. The instantiations are spread over one translation unit per
+// quantizer (echo_sim_<quantizer>.cpp) so that a parallel build compiles them side by side.
+#pragma once
+
+#include <echo/echo.cuh>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace echo_sim {
+
+using bf16 = echo::bfloat16_t;
+
+enum class quant_kind { zero_aware, naive_zero_point, symmetric, none };
+enum class comp_kind { none, error_feedback, two_timescale };
+
+/// One Echo configuration: a reference all-reduce and its chain state.
+struct reducer {
+  virtual ~reducer() = default;
+  /// Start of a forward pass: the chain ends (the fast state is cleared; slow state is kept).
+  virtual void begin_pass() = 0;
+  /// out[r] = all_reduce(in[0..P-1]) on every rank r, through the chain.
+  virtual void reduce(const std::vector<const bf16*>& in, const std::vector<bf16*>& out, size_t n) = 0;
+  std::string quant, comp;
+  int bits = 0, group = 0;
+  std::string label() const {
+    if (quant == "none") return "none/" + comp;
+    return quant + ":b" + std::to_string(bits) + "g" + std::to_string(group) + "/" + comp;
+  }
+};
+
+struct make_args {
+  int ranks;
+  size_t n;         ///< elements per call (tokens * width)
+  size_t channels;  ///< width: two_timescale's slow estimate is per hidden channel (a column of h)
+};
+
+template <class Q, class C>
+struct reducer_impl final : reducer {
+  echo::reference::all_reduce<Q, C> ar;
+  echo::reference::chain_state<C> chain;
+  explicit reducer_impl(const make_args& a) : ar(a.ranks), chain(a.ranks, a.n, a.channels) {
+    quant = Q::name;
+    comp = C::name;
+    bits = Q::bits;
+    group = Q::group;
+  }
+  void begin_pass() override { chain.reset(); }  // one forward pass = one chain
+  void reduce(const std::vector<const bf16*>& in, const std::vector<bf16*>& out, size_t n) override {
+    ar(in, out, n, &chain);
+  }
+};
+
+template <class Q>
+std::unique_ptr<reducer> make_comp(comp_kind c, const make_args& a) {
+  switch (c) {
+    case comp_kind::none: return std::make_unique<reducer_impl<Q, echo::comp::none>>(a);
+    case comp_kind::error_feedback: return std::make_unique<reducer_impl<Q, echo::comp::error_feedback<>>>(a);
+    case comp_kind::two_timescale: return std::make_unique<reducer_impl<Q, echo::comp::two_timescale<>>>(a);
+  }
+  throw std::invalid_argument("echo-sim: unknown compensator");
+}
+
+template <template <int, int> class Q, int B>
+std::unique_ptr<reducer> make_group(int g, comp_kind c, const make_args& a) {
+  switch (g) {
+    case 32: return make_comp<Q<B, 32>>(c, a);
+    case 64: return make_comp<Q<B, 64>>(c, a);
+    case 128: return make_comp<Q<B, 128>>(c, a);
+    case 256: return make_comp<Q<B, 256>>(c, a);
+  }
+  throw std::invalid_argument("echo-sim: group " + std::to_string(g) + " is not one of 32, 64, 128, 256");
+}
+
+template <template <int, int> class Q>
+std::unique_ptr<reducer> make_bits(int b, int g, comp_kind c, const make_args& a) {
+  switch (b) {
+    case 2: return make_group<Q, 2>(g, c, a);
+    case 3: return make_group<Q, 3>(g, c, a);
+    case 4: return make_group<Q, 4>(g, c, a);
+    case 6: return make_group<Q, 6>(g, c, a);
+    case 8: return make_group<Q, 8>(g, c, a);
+  }
+  throw std::invalid_argument("echo-sim: bits " + std::to_string(b) + " is not one of 2, 3, 4, 6, 8");
+}
+
+// One per translation unit.
+std::unique_ptr<reducer> make_zero_aware(int bits, int group, comp_kind c, const make_args& a);
+std::unique_ptr<reducer> make_naive_zero_point(int bits, int group, comp_kind c, const make_args& a);
+std::unique_ptr<reducer> make_symmetric(int bits, int group, comp_kind c, const make_args& a);
+
+inline std::unique_ptr<reducer> make_reducer(quant_kind q, int bits, int group, comp_kind c, const make_args& a) {
+  switch (q) {
+    case quant_kind::zero_aware: return make_zero_aware(bits, group, c, a);
+    case quant_kind::naive_zero_point: return make_naive_zero_point(bits, group, c, a);
+    case quant_kind::symmetric: return make_symmetric(bits, group, c, a);
+    case quant_kind::none: return make_comp<echo::quant::none>(c, a);
+  }
+  throw std::invalid_argument("echo-sim: unknown quantizer");
+}
+
+}  // namespace echo_sim
