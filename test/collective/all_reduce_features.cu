@@ -186,3 +186,20 @@ TEST_CASE("one rank: an exact copy") {
   ECHO_TEST_CUDA(cudaDeviceSynchronize());
   CHECK(first_mismatch(out.download(1000), h) == -1);
 }
+
+TEST_CASE("a NaN poisons its group for one call only, as in the reference") {
+  const size_t n = 10007;
+  reference_check<za4, ef16, bf16> rc(n);
+  for (int k = 0; k < 3; ++k) {
+    auto host_in = rc.upload_random(n);
+    if (k == 0) {  // one NaN on rank 1 in the first call
+      host_in[1][5] = echo::element_traits<bf16>::from_float(NAN);
+      rc.in(1).upload(host_in[1]);
+    }
+    rc.launch(n);
+    rc.finish(host_in, n);
+    size_t nans = 0;
+    for (const bf16& v : rc.out(0).download(n)) nans += is_nan(v);
+    CHECK(nans == (k == 0 ? 128u : 0u));  // the NaN's group of 128, then nothing
+  }
+}

@@ -145,13 +145,9 @@ TEST_CASE("chain_state<two_timescale>: reset() clears the fast state but keeps t
   CHECK(slow_nonzero > 0);
 }
 
-// KNOWN HEADER BUG (reported, not fixed here). reference::all_reduce checks that n is a multiple
-// of a two_timescale chain's channel count only after chain_state::begin_call(n), which has
-// already reset the chain for the new n: the rejected call throws, but the chain has lost its
-// state (size() is the rejected n, the stored errors are gone). Every other rejected call leaves
-// the chain untouched (see "n above the capacity"). should_fail: passes while the bug is there.
-TEST_CASE("chain_state<two_timescale>: a call rejected for its channel count leaves the chain untouched" *
-          doctest::should_fail()) {
+// Regression: the channel-count check once ran after chain_state::begin_call(n), so a rejected
+// call had already reset the chain. Every rejected call must leave the chain untouched.
+TEST_CASE("chain_state<two_timescale>: a call rejected for its channel count leaves the chain untouched") {
   using TT = comp::two_timescale<float, 900>;
   ECHO_TEST_RNG(rng);
   const int P = 2;

@@ -17,6 +17,7 @@
 // its gathers arrived, which every owner sends only after reading its recv slots.
 #pragma once
 
+#include "../comp/error_feedback.cuh"
 #include "../detail/partition.cuh"
 #include "../detail/sync.cuh"
 #include "../error.cuh"
@@ -90,6 +91,9 @@ struct tile_stages {
   static constexpr int V = codec::V;
   static constexpr size_t tile_elems = static_cast<size_t>(Threads) * V;
 
+  /// What the chain stores for an error: 0 for NaN / Inf (comp::error_feedback::keep says why).
+  __device__ __forceinline__ static float keep_error(float e) { return comp::error_feedback<>::keep(e); }
+
   /// The loads of a thread's entry operands (x and the stored error c), issued ahead of use.
   struct operands {
     echo::detail::raw_run<T, V> x;
@@ -125,7 +129,7 @@ struct tile_stages {
     if constexpr (Comp) {
       if (store_error) {
 #pragma unroll
-        for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
+        for (int i = 0; i < V; ++i) dq[i] = keep_error(echo::detail::sub_rn(x[i], dq[i]));
         echo::detail::store_floats<S, V>(state + first, valid, dq);
       }
     }
@@ -150,7 +154,7 @@ struct tile_stages {
     if constexpr (Comp) {
 #pragma unroll
       for (int v = 0; v < V; ++v)
-        dq[v] = echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v])));
+        dq[v] = keep_error(echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v]))));
       echo::detail::store_floats<S, V>(state + first, valid, dq);
     }
   }
@@ -284,7 +288,7 @@ __global__ void __launch_bounds__(Threads, MinBlocks) send_error_kernel(const T*
       stages::entry(in, state, first, valid, x);
       stages::codec::encode(x, valid, nullptr, 0, -1, 0, tile_threads, lane, dq);
 #pragma unroll
-      for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
+      for (int i = 0; i < V; ++i) dq[i] = stages::keep_error(echo::detail::sub_rn(x[i], dq[i]));
       echo::detail::store_floats<S, V>(state + first, valid, dq);
     }
   }

@@ -2,6 +2,7 @@
 // chain and adds it to its input on the next call, so errors telescope along the chain.
 #pragma once
 
+#include "../detail/fp_ops.cuh"
 #include "../dtype.cuh"
 
 #include <type_traits>
@@ -24,6 +25,11 @@ struct error_feedback {
   static constexpr bool enabled = true;
   static constexpr bool slow = false;
   using storage = Storage;
+
+  /// What is stored for an error e: e itself, or 0 where e is NaN or Inf (a group that held a
+  /// NaN or Inf, or a sum that overflowed). The bad call's output already shows it; storing it
+  /// would poison that group on every later call of the chain, where NCCL's sum forgets it.
+  ECHO_HD static float keep(float e) { return echo::detail::is_finite(e) ? e : 0.0f; }
 };
 
 }  // namespace echo::comp

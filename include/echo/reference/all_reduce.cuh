@@ -68,7 +68,10 @@ class all_reduce {
     if (Comp::enabled) {
       ECHO_REQUIRE(ch != nullptr, call, std::string("compensator ") + Comp::name + " needs a chain_state");
       ECHO_REQUIRE(ch->ranks() == P, call, "chain_state has " + std::to_string(ch->ranks()) + " ranks, expected " + std::to_string(P));
-      ch->begin_call(n);
+      if (Comp::slow && n) {
+        ECHO_REQUIRE(n % ch->channel_count(n) == 0, call, "n must be a multiple of the chain's channel count");
+      }
+      ch->begin_call(n);  // last: a rejected call leaves the chain untouched
     }
     if (quantizations) quantizations->assign(n, 0);
 
@@ -120,6 +123,8 @@ class all_reduce {
     }
 
     if constexpr (Comp::enabled) {
+      for (auto& r : err)
+        for (float& e : r) e = Comp::keep(e);
       if constexpr (Comp::slow) update_slow(err, n, *ch);
       for (int r = 0; r < P; ++r)
         for (size_t k = 0; k < n; ++k) ch->set_error(r, k, err[r][k]);
@@ -144,7 +149,6 @@ class all_reduce {
   // two_timescale: add this site's per-channel estimate to every row.
   static void add_slow(std::vector<std::vector<float>>& xp, size_t n, chain& ch) {
     const size_t C = ch.channel_count(n);
-    ECHO_REQUIRE(n % C == 0, "echo::reference::all_reduce", "n must be a multiple of the chain's channel count");
     for (size_t r = 0; r < xp.size(); ++r) {
       const std::vector<float>& s = ch.slow(static_cast<int>(r), n);
       for (size_t k = 0; k < n; ++k) xp[r][k] = detail::add_rn(xp[r][k], s[k % C]);
