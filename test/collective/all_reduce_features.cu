@@ -125,6 +125,13 @@ TEST_CASE("size dispatch: small calls take the 16-bit path, large ones the quant
   for (int r = 0; r < rc.ranks(); ++r) CHECK(first_mismatch(rc.out(r).download(4097), want[r]) == -1);
 }
 
+TEST_CASE("by default the dispatch table decides the 16-bit threshold") {
+  auto ars = make_all<echo::all_reduce<za4>>(1000);
+  cudaDeviceProp prop{};
+  ECHO_TEST_CUDA(cudaGetDeviceProperties(&prop, 0));
+  CHECK(ars[0]->passthrough_below_bytes() == echo::lookup_dispatch(prop.name, static_cast<int>(ars.size())).passthrough_below);
+}
+
 TEST_CASE("the runtime-dtype call equals the typed call") {
   reference_check<za4, ef16, bf16> rc(9999);
   for (int k = 0; k < 2; ++k) {

@@ -126,8 +126,15 @@ class reference_check {
   using AR = echo::all_reduce<Q, echo::transport::cuda_ipc, C>;
   using chain_t = typename AR::chain_type;
 
+  /// The size dispatch would send small calls down the 16-bit path; a check of Q forces Q unless
+  /// the caller sets passthrough_below_bytes itself.
+  static typename AR::options forced(typename AR::options opt) {
+    if (opt.passthrough_below_bytes < 0) opt.passthrough_below_bytes = 0;
+    return opt;
+  }
+
   reference_check(size_t max_elements, typename AR::options opt = {})
-      : P_(static_cast<int>(local_comms().size())), ars_(make_all<AR>(max_elements, opt)), ref_(P_),
+      : P_(static_cast<int>(local_comms().size())), ars_(make_all<AR>(max_elements, forced(opt))), ref_(P_),
         ref_chain_(P_, max_elements), rng_(seed()) {
     for (int r = 0; r < P_; ++r) {
       ECHO_TEST_CUDA(cudaSetDevice(r));

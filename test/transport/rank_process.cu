@@ -70,6 +70,7 @@ void scenario(const echo::communicator& comm, uint64_t seed, std::vector<size_t>
   echo::all_reduce_options opt;
   opt.workspace_bytes = size_t(1) << 20;  // large calls stream through the workspace
   opt.spin_limit_seconds = 20;
+  opt.passthrough_below_bytes = 0;  // check Q itself at every size, not the size dispatch
   using AR = echo::all_reduce<Q, Transport, C>;
   AR ar(comm, max_n, opt);
   std::unique_ptr<typename AR::chain_type> ch;
