@@ -3,6 +3,7 @@
 #pragma once
 
 #include "chain.cuh"
+#include "collective/oneshot_kernel.cuh"
 #include "collective/pipeline_kernel.cuh"
 #include "collective/pipeline_policy.cuh"
 #include "communicator.cuh"
@@ -69,7 +70,10 @@ class all_reduce {
       channel_ = std::make_unique<transport::nccl::channel>(
           comm, std::min(opt.workspace_bytes, 2 * (3 * comm.size() + 1) * (max_elements / comm.size() + 2 * tile_worst) * 4));
     } else if (comm.size() > 1) {
-      ws_ = std::make_unique<transport::cuda_ipc::symmetric_buffer>(comm, workspace_bytes(comm.size(), max_elements, opt.workspace_bytes));
+      const size_t oneshot = collective::oneshot_layout{comm.size()}.total();
+      ws_ = std::make_unique<transport::cuda_ipc::symmetric_buffer>(
+          comm, workspace_bytes(comm.size(), max_elements, opt.workspace_bytes) + oneshot);
+      oneshot_region_ = (ws_->bytes() - oneshot) & ~size_t(255);
       std::vector<unsigned char*> peers(static_cast<size_t>(comm.size()));
       for (int r = 0; r < comm.size(); ++r) peers[static_cast<size_t>(r)] = ws_->peer_data(r);
       ECHO_CUDA_TRY(cudaMalloc(&d_peers_, sizeof(void*) * peers.size()));
@@ -107,8 +111,12 @@ class all_reduce {
     }
     const size_t bytes = n * sizeof(T);
     auto* st = state_of(ch);
-    if (bytes < passthrough_below_)
+    if (bytes < passthrough_below_) {
+      if constexpr (ipc && !Comp::enabled)
+        if (bytes <= collective::oneshot_layout::slot_bytes)
+          return launch_oneshot(reinterpret_cast<const E*>(in), reinterpret_cast<E*>(out), n, stream);
       return launch<quant::none>(reinterpret_cast<const E*>(in), reinterpret_cast<E*>(out), n, stream, st, mode);
+    }
     return launch<Quant>(reinterpret_cast<const E*>(in), reinterpret_cast<E*>(out), n, stream, st, mode);
   }
 
@@ -146,6 +154,8 @@ class all_reduce {
   const communicator& comm() const { return comm_; }
   size_t max_elements() const { return max_elements_; }
   size_t workspace_bytes() const { return ws_ ? ws_->bytes() : channel_ ? channel_->bytes() : 0; }
+  /// The part of the workspace a message streams through (cuda_ipc: less the one-shot region).
+  size_t pipeline_workspace_bytes() const { return ws_ ? oneshot_region_ : workspace_bytes(); }
   size_t passthrough_below_bytes() const { return passthrough_below_; }
 
  private:
@@ -228,7 +238,7 @@ class all_reduce {
     const size_t u_max = std::max<size_t>(1, Policy::flag_elems / sub_elems);
     p.subtiles = static_cast<int>(std::min(u_max, std::max<size_t>(1, seg0 / (sub_elems * spread_warps))));
     const size_t tile_elems = sub_elems * p.subtiles;
-    p.layout = collective::workspace_layout::fit(ws_->bytes(), P, p.subtiles * codec::tile_bytes(collective::tile_threads));
+    p.layout = collective::workspace_layout::fit(oneshot_region_, P, p.subtiles * codec::tile_bytes(collective::tile_threads));
     if (p.layout.tiles == 0) return status::invalid_argument;
     p.round_len = p.layout.tiles * tile_elems;
     p.local = ws_->data();
@@ -242,6 +252,28 @@ class all_reduce {
       p.round_offset = r * p.round_len;
       kernel<<<grid, threads, 0, stream>>>(p);
     }
+    return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
+  }
+
+  /// The one-shot 16-bit path (small messages, no compensation; collective/oneshot_kernel.cuh).
+  template <class E>
+  status launch_oneshot(const E* in, E* out, size_t n, cudaStream_t stream) {
+    collective::oneshot_params<E> p{};
+    p.in = in;
+    p.out = out;
+    p.n = n;
+    p.rank = comm_.rank();
+    p.ranks = comm_.size();
+    p.layout = collective::oneshot_layout{comm_.size()};
+    p.local = ws_->data();
+    p.peer = d_peers_;
+    p.region = oneshot_region_;
+    p.spin_limit_ns = static_cast<uint64_t>(opt_.spin_limit_seconds * 1e9);
+    p.status = d_status_;
+    // Block b of every rank must cover the same range: the grid depends on n only.
+    const size_t blocks = (n * sizeof(E) + (size_t(16) << 10) - 1) / (size_t(16) << 10);
+    const int grid = static_cast<int>(std::min<size_t>(collective::oneshot_layout::max_blocks, std::max<size_t>(1, blocks)));
+    collective::oneshot_kernel<E, 512><<<grid, 512, 0, stream>>>(p);
     return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
   }
 
@@ -277,6 +309,7 @@ class all_reduce {
   std::unique_ptr<transport::cuda_ipc::symmetric_buffer> ws_;  // cuda_ipc
   std::unique_ptr<transport::nccl::channel> channel_;          // nccl
   unsigned char** d_peers_ = nullptr;  // device array of every rank's workspace
+  size_t oneshot_region_ = 0;          // the one-shot region's offset; the pipeline uses what is before it
 };
 
 }  // namespace echo

@@ -102,27 +102,34 @@ TEST_CASE("two chains interleaved on two streams") {
   }
 }
 
-TEST_CASE("size dispatch: small calls take the 16-bit path, large ones the quantized path") {
+TEST_CASE("size dispatch: small calls take the 16-bit one-shot path, large ones the quantized path") {
   echo::all_reduce_options opt;
   opt.passthrough_below_bytes = 1 << 20;
-  reference_check<za4, echo::comp::none, bf16> rc(1000003, opt);
+  reference_check<za4, echo::comp::none, bf16> rc(600000, opt);
   CHECK(rc.ar(0).passthrough_below_bytes() == (1u << 20));
-  rc.step(1000003);  // 2 MB: quantized, checked against reference<zero_aware>
-  // 8 KB: the none path; compare with reference<none>.
-  reference_check<echo::quant::none, echo::comp::none, bf16> exact(4097);
-  const auto host_in = rc.upload_random(4097);
-  for (int r = 0; r < rc.ranks(); ++r)
-    REQUIRE(rc.ar(r)(rc.in(r).ptr, rc.out(r).ptr, size_t(4097), rc.stream(r)) == echo::status::success);
-  for (int r = 0; r < rc.ranks(); ++r) {
-    ECHO_TEST_CUDA(cudaSetDevice(r));
-    ECHO_TEST_CUDA(cudaStreamSynchronize(rc.stream(r)));
+  // Small calls (one-shot, in place and not) interleaved with large ones (the pipeline), so the
+  // one-shot halves alternate and both paths share epochs; each against its own reference.
+  const size_t small[] = {1, 4097, 100003, 524287};
+  for (int k = 0; k < 8; ++k) {
+    const size_t n = small[k % 4];
+    const bool in_place = k % 2 == 1;
+    const auto host_in = rc.upload_random(n);
+    for (int r = 0; r < rc.ranks(); ++r)
+      REQUIRE(rc.ar(r)(rc.in(r).ptr, in_place ? rc.in(r).ptr : rc.out(r).ptr, n, rc.stream(r)) == echo::status::success);
+    for (int r = 0; r < rc.ranks(); ++r) {
+      ECHO_TEST_CUDA(cudaSetDevice(r));
+      ECHO_TEST_CUDA(cudaStreamSynchronize(rc.stream(r)));
+      REQUIRE(rc.ar(r).check() == echo::status::success);
+    }
+    std::vector<std::vector<bf16>> want(rc.ranks(), std::vector<bf16>(n));
+    std::vector<const bf16*> ri;
+    std::vector<bf16*> ro;
+    for (int r = 0; r < rc.ranks(); ++r) ri.push_back(host_in[r].data()), ro.push_back(want[r].data());
+    echo::reference::all_reduce<echo::quant::none>(rc.ranks())(ri, ro, n);
+    for (int r = 0; r < rc.ranks(); ++r)
+      CHECK(first_mismatch((in_place ? rc.in(r) : rc.out(r)).download(n), want[r]) == -1);
+    if (k % 3 == 2) rc.step(600000);  // 1.2 MB: quantized, checked against reference<zero_aware>
   }
-  std::vector<std::vector<bf16>> want(rc.ranks(), std::vector<bf16>(4097));
-  std::vector<const bf16*> ri;
-  std::vector<bf16*> ro;
-  for (int r = 0; r < rc.ranks(); ++r) ri.push_back(host_in[r].data()), ro.push_back(want[r].data());
-  echo::reference::all_reduce<echo::quant::none>(rc.ranks())(ri, ro, 4097);
-  for (int r = 0; r < rc.ranks(); ++r) CHECK(first_mismatch(rc.out(r).download(4097), want[r]) == -1);
 }
 
 TEST_CASE("by default the dispatch table decides the 16-bit threshold") {

@@ -37,14 +37,22 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
   return t;
 }
 
-/// Spin (one thread) until *flag == want. Gives up, returning false, when `abort` becomes
-/// non-zero or `limit_ns` have passed: a missing peer becomes an error, never a hang.
+/// Flags carry launch epochs; a peer may already have published a later epoch (the one-shot
+/// path lets a rank run one launch ahead), so a wait is satisfied by want or anything after it
+/// (wrap-around safe).
+__device__ __forceinline__ bool epoch_reached(uint32_t flag, uint32_t want) {
+  return static_cast<int32_t>(flag - want) >= 0;
+}
+
+/// Spin (one thread) until *flag has reached epoch `want`. Gives up, returning false, when
+/// `abort` becomes non-zero or `limit_ns` have passed: a missing peer becomes an error, never a
+/// hang.
 __device__ __forceinline__ bool wait_flag(const uint32_t* flag, uint32_t want, const uint32_t* abort,
                                           uint64_t limit_ns) {
-  if (load_acquire_sys(flag) == want) return true;
+  if (epoch_reached(load_acquire_sys(flag), want)) return true;
   const uint64_t start = global_timer_ns();
   for (uint32_t it = 1;; ++it) {
-    if (load_acquire_sys(flag) == want) return true;
+    if (epoch_reached(load_acquire_sys(flag), want)) return true;
     if ((it & 255u) == 0) {
       if (load_relaxed_sys(abort) != 0) return false;
       if (global_timer_ns() - start > limit_ns) return false;
