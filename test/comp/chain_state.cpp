@@ -124,18 +124,27 @@ TEST_CASE("chain_state: n above the capacity throws echo::error naming the call"
   CHECK_THROWS_AS(ch.begin_call(101), echo::error);
 }
 
-TEST_CASE("chain_state<two_timescale>: reset() clears the fast state but keeps the slow estimates") {
+/// A two_timescale chain of 8 rows of 64 channels over 2 ranks, with random inputs.
+struct two_timescale_chain {
   using TT = comp::two_timescale<float, 900>;
+  static constexpr int P = 2;
+  static constexpr size_t C = 64, n = 8 * C;
+  echo::reference::all_reduce<Q, TT> ar{P};
+  echo::reference::chain_state<TT> ch{P, n, C};
+  echo_test::ranks_data<float> d{P, n};
+  std::vector<float*> out = d.out_ptrs();
+  explicit two_timescale_chain(echo_test::rng& r) { d.randomize(r); }
+  void call(size_t m) { ar(d.in_ptrs(), out, m, &ch); }
+};
+
+TEST_CASE("chain_state<two_timescale>: reset() clears the fast state but keeps the slow estimates") {
   ECHO_TEST_RNG(rng);
-  const int P = 2;
-  const size_t C = 64, n = 8 * C;
-  echo::reference::all_reduce<Q, TT> ar(P);
-  echo::reference::chain_state<TT> ch(P, n, C);
-  echo_test::ranks_data<float> d(P, n);
-  d.randomize(rng);
-  auto out = d.out_ptrs();
-  ar(d.in_ptrs(), out, n, &ch);
-  ar(d.in_ptrs(), out, n, &ch);
+  two_timescale_chain t(rng);
+  auto& ch = t.ch;
+  const int P = t.P;
+  const size_t C = t.C, n = t.n;
+  t.call(n);
+  t.call(n);
   ch.reset();
   CHECK(nonzero_errors(ch, n) == 0);
   size_t slow_nonzero = 0;
@@ -148,19 +157,14 @@ TEST_CASE("chain_state<two_timescale>: reset() clears the fast state but keeps t
 // Regression: the channel-count check once ran after chain_state::begin_call(n), so a rejected
 // call had already reset the chain. Every rejected call must leave the chain untouched.
 TEST_CASE("chain_state<two_timescale>: a call rejected for its channel count leaves the chain untouched") {
-  using TT = comp::two_timescale<float, 900>;
   ECHO_TEST_RNG(rng);
-  const int P = 2;
-  const size_t C = 64, n = 8 * C;
-  echo::reference::all_reduce<Q, TT> ar(P);
-  echo::reference::chain_state<TT> ch(P, n, C);
-  echo_test::ranks_data<float> d(P, n);
-  d.randomize(rng);
-  auto out = d.out_ptrs();
-  ar(d.in_ptrs(), out, n, &ch);
+  two_timescale_chain t(rng);
+  auto& ch = t.ch;
+  const size_t n = t.n;
+  t.call(n);
   const size_t before = nonzero_errors(ch, n);
   REQUIRE(before > 0);
-  CHECK_THROWS_AS(ar(d.in_ptrs(), out, n - 12, &ch), echo::error);
+  CHECK_THROWS_AS(t.call(n - 12), echo::error);
   CHECK(ch.size() == n);
   CHECK(ch.site() == 1);
   CHECK(nonzero_errors(ch, n) == before);
