@@ -67,12 +67,11 @@ class all_reduce {
     *status_ = 0;
     ECHO_CUDA_TRY(cudaHostGetDevicePointer(reinterpret_cast<void**>(&d_status_), status_, 0));
     if (comm.size() > 1 && !ipc) {
-      channel_ = std::make_unique<transport::nccl::channel>(
-          comm, std::min(opt.workspace_bytes, 2 * (3 * comm.size() + 1) * (max_elements / comm.size() + 2 * tile_worst) * 4));
+      channel_ = std::make_unique<transport::nccl::channel>(comm, nccl_buffer_bytes(comm.size(), max_elements, opt.workspace_bytes));
     } else if (comm.size() > 1) {
       const size_t oneshot = collective::oneshot_layout{comm.size()}.total();
       ws_ = std::make_unique<transport::cuda_ipc::symmetric_buffer>(
-          comm, workspace_bytes(comm.size(), max_elements, opt.workspace_bytes) + oneshot);
+          comm, pipeline_bytes(comm.size(), max_elements, opt.workspace_bytes) + oneshot);
       oneshot_region_ = (ws_->bytes() - oneshot) & ~size_t(255);
       std::vector<unsigned char*> peers(static_cast<size_t>(comm.size()));
       for (int r = 0; r < comm.size(); ++r) peers[static_cast<size_t>(r)] = ws_->peer_data(r);
@@ -191,16 +190,20 @@ class all_reduce {
     return status::success;
   }
 
-  /// Workspace for one round of max_elements (so small messages never stream), capped.
-  static constexpr size_t tile_worst = static_cast<size_t>(threads) * 32;  // the most values in a tile
-
-  static size_t workspace_bytes(int P, size_t max_elements, size_t cap) {
+  /// cuda_ipc: workspace for one round of max_elements (so small messages never stream), capped.
+  static size_t pipeline_bytes(int P, size_t max_elements, size_t cap) {
     const size_t worst_tile_elems = static_cast<size_t>(collective::tile_threads) * 8;  // the fewest values a flag covers
     const size_t seg = max_elements / P + 256 + worst_tile_elems;
     const size_t want = collective::workspace_layout::sync_bytes + 4096 +
                         2 * static_cast<size_t>(P) * (seg * 4 + (seg / worst_tile_elems + 1) * 4);
     const size_t floor = collective::workspace_layout::sync_bytes + 4096 + 2 * static_cast<size_t>(P) * (worst_tile_elems * 4 + 4);
     return std::max(floor, std::min(want, cap));
+  }
+
+  /// nccl: two buffer sets of 3P + 1 slots holding a segment at 4 bytes a value, capped.
+  static size_t nccl_buffer_bytes(int P, size_t max_elements, size_t cap) {
+    const size_t seg = max_elements / P + 2 * static_cast<size_t>(threads) * 32;
+    return std::min(cap, 2 * (3 * static_cast<size_t>(P) + 1) * seg * 4);
   }
 
   template <class Q, class E>
