@@ -43,7 +43,6 @@ class all_reduce {
   static constexpr bool ipc = std::is_same<Transport, transport::cuda_ipc>::value;
   static_assert(ipc || std::is_same<Transport, transport::nccl>::value,
                 "echo::all_reduce: Transport must be echo::transport::cuda_ipc or echo::transport::nccl");
-  static_assert(!Comp::slow, "echo::all_reduce: two_timescale is host-only research (echo::reference)");
 
  public:
   using quantizer = Quant;

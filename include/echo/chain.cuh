@@ -15,7 +15,6 @@ class chain {
  public:
   using storage = typename Comp::storage;
   static_assert(Comp::enabled, "echo::chain: comp::none keeps no state (pass no chain)");
-  static_assert(!Comp::slow, "echo::chain: the device path implements error_feedback; two_timescale is host-only research");
 
   explicit chain(size_t capacity) : capacity_(capacity) {
     ECHO_CUDA_TRY(cudaGetDevice(&device_));

@@ -16,7 +16,6 @@
 
 #include "comp/error_feedback.cuh"
 #include "comp/none.cuh"
-#include "comp/two_timescale.cuh"
 
 #include "reference/all_reduce.cuh"
 #include "reference/chain_state.cuh"

@@ -23,7 +23,6 @@ struct error_feedback {
                 "echo::comp::error_feedback: Storage must be float, echo::bfloat16_t or echo::half_t");
   static constexpr const char* name = "error_feedback";
   static constexpr bool enabled = true;
-  static constexpr bool slow = false;
   using storage = Storage;
 
   /// What is stored for an error e: e itself, or 0 where e is NaN or Inf (a group that held a

@@ -6,7 +6,6 @@ namespace echo::comp {
 struct none {
   static constexpr const char* name = "none";
   static constexpr bool enabled = false;
-  static constexpr bool slow = false;
   using storage = float;
 };
 

@@ -68,20 +68,16 @@ class all_reduce {
     if (Comp::enabled) {
       ECHO_REQUIRE(ch != nullptr, call, std::string("compensator ") + Comp::name + " needs a chain_state");
       ECHO_REQUIRE(ch->ranks() == P, call, "chain_state has " + std::to_string(ch->ranks()) + " ranks, expected " + std::to_string(P));
-      if (Comp::slow && n) {
-        ECHO_REQUIRE(n % ch->channel_count(n) == 0, call, "n must be a multiple of the chain's channel count");
-      }
       ch->begin_call(n);  // last: a rejected call leaves the chain untouched
     }
     if (quantizations) quantizations->assign(n, 0);
 
     if (P == 1) {  // nothing to reduce: an exact copy, as NCCL gives
       if (n) std::memmove(out[0], in[0], n * sizeof(T));
-      if (Comp::enabled) ch->end_call();
       return;
     }
 
-    // Entry: x' = x + stored error (+ the site's slow estimate).
+    // Entry: x' = x + stored error.
     std::vector<std::vector<float>> xp(P, std::vector<float>(n));
     for (int r = 0; r < P; ++r)
       for (size_t k = 0; k < n; ++k) {
@@ -89,7 +85,6 @@ class all_reduce {
         if constexpr (Comp::enabled) v = detail::add_rn(v, ch->error(r, k));
         xp[r][k] = v;
       }
-    if constexpr (Comp::slow) add_slow(xp, n, *ch);
 
     std::vector<std::vector<float>> err(Comp::enabled ? P : 0, std::vector<float>(n));
     const detail::partition part{n, detail::granule_of<Quant>(), P};
@@ -125,10 +120,8 @@ class all_reduce {
     if constexpr (Comp::enabled) {
       for (auto& r : err)
         for (float& e : r) e = Comp::keep(e);
-      if constexpr (Comp::slow) update_slow(err, n, *ch);
       for (int r = 0; r < P; ++r)
         for (size_t k = 0; k < n; ++k) ch->set_error(r, k, err[r][k]);
-      ch->end_call();
     }
   }
 
@@ -146,27 +139,6 @@ class all_reduce {
   }
 
  private:
-  // two_timescale: add this site's per-channel estimate to every row.
-  static void add_slow(std::vector<std::vector<float>>& xp, size_t n, chain& ch) {
-    const size_t C = ch.channel_count(n);
-    for (size_t r = 0; r < xp.size(); ++r) {
-      const std::vector<float>& s = ch.slow(static_cast<int>(r), n);
-      for (size_t k = 0; k < n; ++k) xp[r][k] = detail::add_rn(xp[r][k], s[k % C]);
-    }
-  }
-  // two_timescale: fast state keeps e - s; s moves toward the per-channel mean of e.
-  static void update_slow(std::vector<std::vector<float>>& err, size_t n, chain& ch) {
-    const size_t C = ch.channel_count(n), rows = n / C;
-    for (size_t r = 0; r < err.size(); ++r) {
-      std::vector<float>& s = ch.slow(static_cast<int>(r), n);
-      std::vector<double> mean(C, 0.0);
-      for (size_t k = 0; k < n; ++k) mean[k % C] += err[r][k];
-      for (size_t k = 0; k < n; ++k) err[r][k] -= s[k % C];
-      for (size_t c = 0; c < C; ++c)
-        s[c] = Comp::decay * s[c] + (1.0f - Comp::decay) * static_cast<float>(mean[c] / static_cast<double>(rows));
-    }
-  }
-
   int ranks_;
 };
 
