@@ -2,6 +2,7 @@
 #pragma once
 
 #include "../comp/none.cuh"
+#include "../comp/state_storage.cuh"
 #include "../dtype.cuh"
 #include "../error.cuh"
 
@@ -11,16 +12,16 @@
 
 namespace echo::reference {
 
-/// Holds, per simulated rank, the n stored errors of the chain's last call. A call with a
-/// different n than the chain's resets it: a shape change ends the chain. reset() ends a pass.
+/// Holds, per simulated rank, the n stored errors of the chain's last call, as they read back
+/// from the compensator's storage (comp/state_storage.cuh: exactly what the device reads back). A
+/// call with a different n than the chain's resets it: a shape change ends the chain. reset()
+/// ends a pass.
 template <class Comp>
 class chain_state {
  public:
-  using storage = typename Comp::storage;
-
   chain_state(int ranks, size_t capacity) : ranks_(ranks), capacity_(capacity) {
     ECHO_REQUIRE(ranks >= 1, "echo::reference::chain_state", "ranks must be >= 1");
-    if (Comp::enabled) errors_.assign(static_cast<size_t>(ranks), std::vector<storage>(capacity, storage{}));
+    if (Comp::keeps_state) errors_.assign(static_cast<size_t>(ranks), std::vector<float>(capacity, 0.0f));
   }
 
   int ranks() const { return ranks_; }
@@ -29,14 +30,12 @@ class chain_state {
 
   /// End of a pass: the next call starts a new chain.
   void reset() {
-    for (auto& r : errors_) std::fill(r.begin(), r.end(), storage{});
+    for (auto& r : errors_) std::fill(r.begin(), r.end(), 0.0f);
     n_ = 0;
   }
 
-  /// Stored error of rank r at element i, widened to fp32.
-  float error(int r, size_t i) const {
-    return Comp::enabled ? element_traits<storage>::to_float(errors_[static_cast<size_t>(r)][i]) : 0.0f;
-  }
+  /// Stored error of rank r at element i, as it reads back.
+  float error(int r, size_t i) const { return Comp::keeps_state ? errors_[static_cast<size_t>(r)][i] : 0.0f; }
 
   // --- used by reference::all_reduce ---------------------------------------------------------
   /// Start a call on n elements: checks the capacity, and resets on a shape change.
@@ -48,15 +47,17 @@ class chain_state {
       n_ = n;
     }
   }
-  void set_error(int r, size_t i, float e) {
-    if (Comp::enabled) errors_[static_cast<size_t>(r)][i] = element_traits<storage>::from_float(e);
+  /// Store rank r's errors of a call on n elements (e[0..n), already passed through Comp::keep).
+  void set_errors(int r, const std::vector<float>& e, size_t n) {
+    if constexpr (Comp::keeps_state)
+      comp::state_storage<typename Comp::storage>::round_trip(e.data(), n, errors_[static_cast<size_t>(r)].data());
   }
 
  private:
   int ranks_;
   size_t capacity_;
   size_t n_ = 0;
-  std::vector<std::vector<storage>> errors_;
+  std::vector<std::vector<float>> errors_;
 };
 
 }  // namespace echo::reference
