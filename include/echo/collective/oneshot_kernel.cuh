@@ -7,6 +7,7 @@
 // same value whichever rank owns the segment, and the sum is rounded once to T.
 #pragma once
 
+#include "../detail/fp_ops.cuh"
 #include "../detail/sync.cuh"
 #include "../detail/vector_io.cuh"
 #include "../error.cuh"
