@@ -4,6 +4,7 @@
 // and bad arguments, and compares its output with echo::reference computed for all ranks from
 // the shared seed.
 //   rank_process <rank> <size> <dir> <callback|nccl> <cuda_ipc|nccl> <seed>
+#define DOCTEST_CONFIG_DISABLE  // support/random.hpp speaks doctest; this program is no test runner
 #include <echo/echo.cuh>
 
 #include "support/random.hpp"
