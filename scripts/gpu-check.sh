@@ -22,16 +22,16 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-logs}
-logs=$out/logs
+logs=${TMPDIR:-/tmp}/echo-gpu-logs
 build=${ECHO_BUILD_DIR:-$root/build-gpu}
 stages=${ECHO_STAGES:-build test bench}
-mkdir -p "$logs"
+rm -rf "$logs"; mkdir -p "$logs" "$out"
 cd "$root" || exit 1
 summary=$out/summary.txt
 say() { echo "$*" | tee -a "$summary"; }
 # The logs travel as one archive (the device tool returns few files), refreshed after each stage
 # so that a run cut short still returns what it did.
-bundle() { tar -czf "$out/logs.tar.gz" -C "$out" logs 2>/dev/null; }
+bundle() { tar -czf "$out/logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null; }
 trap bundle EXIT
 
 {
