@@ -178,7 +178,6 @@ TEST_CASE("bad buffers are refused before any launch, and the object and its cha
   CHECK(ar(in, rc.out(0).ptr, 1000, s, &moved) == st::invalid_argument);
   CHECK(contains(ar.last_error(), "chain"));
   echo::chain_view<ef8> onto_input(in, echo::chain_view<ef8>::bytes_for(1000), rc.in(0).device);
-  CHECK(ar(rc.out(0).ptr + 5000, rc.out(0).ptr + 5000, 1000, s, onto_input) == st::invalid_argument);
   CHECK(ar(in, rc.out(0).ptr, 1000, s, onto_input) == st::invalid_argument);
   CHECK(contains(ar.last_error(), "chain: state overlaps"));
   CHECK(cudaGetLastError() == cudaSuccess);

@@ -45,15 +45,16 @@ struct soak_object {
 };
 
 /// A random n: mostly small, often mid-sized, sometimes at the edges that change a layout
-/// (the dispatch size, one group more or less), rarely large.
+/// (the dispatch size, one group more or less), rarely large (the host reference's time bounds
+/// how many calls a run can check: most are small on purpose).
 inline size_t draw_n(rng& r, size_t max_n, size_t group, size_t dispatch_elems) {
   const double u = r.uniform(0.0f, 1.0f);
   size_t n;
-  if (u < 0.55) n = static_cast<size_t>(r.log_uniform(0.0f, 4.8f));
-  else if (u < 0.85) n = static_cast<size_t>(r.log_uniform(4.8f, 6.0f));
-  else if (u < 0.93) n = std::max<size_t>(1, (r.uniform_int<size_t>(1, 64) * group) + r.uniform_int<int>(-2, 2));
-  else if (u < 0.98 && dispatch_elems) n = dispatch_elems + r.uniform_int<int>(-3, 3) * 8;
-  else n = static_cast<size_t>(r.log_uniform(6.0f, 6.7f));
+  if (u < 0.70) n = static_cast<size_t>(r.log_uniform(0.0f, 4.3f));
+  else if (u < 0.88) n = static_cast<size_t>(r.log_uniform(4.3f, 5.5f));
+  else if (u < 0.95) n = std::max<size_t>(1, (r.uniform_int<size_t>(1, 64) * group) + r.uniform_int<int>(-2, 2));
+  else if (u < 0.99 && dispatch_elems) n = dispatch_elems + r.uniform_int<int>(-3, 3) * 8;
+  else n = static_cast<size_t>(r.log_uniform(5.5f, 6.6f));
   return std::min(std::max<size_t>(n, 1), max_n);
 }
 
