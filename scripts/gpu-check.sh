@@ -7,6 +7,8 @@
 #   ECHO_BENCH_ARGS="--benchmark_filter=int4" scripts/gpu-check.sh
 #   ECHO_STAGES="bench socket" ...   socket: NCCL forced onto its socket transport over loopback
 #                                    (the stand-in for a link between nodes), NCCL-path variants
+#   ECHO_STAGES="build perf" ...     perf: echo-perf (nccl-tests' layout, with error columns), 4-bit
+#                                    with and without error feedback, 64 KiB .. 1 GiB
 #
 # NCCL's multicast switches (NCCL_NVLS_ENABLE=0 on our machines) are left exactly as found.
 set -uo pipefail
@@ -53,5 +55,11 @@ if [[ $stages == *socket* ]]; then
     "$build/benchmark/echo_bench" --benchmark_filter='^nccl/|echo_nccl_' \
     --benchmark_out="$out/bench-socket.json" --benchmark_out_format=json >"$out/bench-socket.log" 2>&1 || rc=1
   tail -12 "$out/bench-socket.log"
+fi
+if [[ $stages == *perf* ]]; then
+  for comp in none error_feedback; do
+    "$build/benchmark/echo-perf" -b 64K -e 1G -f 4 -c $comp ${ECHO_PERF_ARGS:-} >"$out/perf-$comp.log" 2>&1 || rc=1
+    cat "$out/perf-$comp.log"
+  done
 fi
 exit $rc
