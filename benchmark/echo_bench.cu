@@ -2,22 +2,27 @@
 // The harness (harness/bench_main.cu: setup, timing, sizes, Google Benchmark, the summary) says
 // how; `echo_bench --help` lists Google Benchmark's flags, harness/bench_main.cu the environment.
 //
-//   nccl              ncclAllReduce(bf16, sum) on every rank inside ncclGroupStart/End
-//   echo_none16       echo::all_reduce<quant::none>: the 16-bit path through Echo's pipeline
-//   echo_int4         zero_aware<4,128>, comp::none
-//   echo_int4_ef      zero_aware<4,128>, error_feedback<bfloat16_t>, fused state update, one chain a rank
-//   echo_int4_ef32    zero_aware<4,128>, error_feedback<float>
-//   echo_int8         zero_aware<8,128>, comp::none
-//   echo_int8_ef      zero_aware<8,128>, error_feedback<bfloat16_t>
-//   echo_dispatch     zero_aware<4,128> with default options: the size dispatch of echo::dispatch_table
-//                     (what a user gets).
-//   echo_nccl_int4    zero_aware<4,128>, comp::none, over echo::transport::nccl (ncclSend/ncclRecv)
-//   echo_nccl_int4_ef zero_aware<4,128>, error_feedback<bfloat16_t>, transport::nccl, one chain a rank
-//   echo_nccl_int8    zero_aware<8,128>, comp::none, transport::nccl
-//   echo_int4_t*x*    zero_aware<4,128> under another pipeline_policy (threads x blocks per SM):
-//                     a tuning ablation, identical results
-// The echo_* variants without "nccl" in the name use transport::cuda_ipc (peer loads over
-// NVLink / PCIe, never through NCCL). Every echo_* variant except echo_dispatch forces its path
+//   nccl               ncclAllReduce(bf16, sum) on every rank inside ncclGroupStart/End
+//   echo_none          echo::all_reduce<quant::none>: the unquantized two-shot through Echo's pipeline
+//   echo_int4          zero_aware<4,128>, comp::none
+//   echo_int4_ef       zero_aware<4,128>, error_feedback<> (default state: int8 codes of the error),
+//                      fused state update, one chain a rank
+//   echo_int4_ef4      the same with the state as int4 codes
+//   echo_int4_ef16     the same with the state as bf16 values
+//   echo_int8          zero_aware<8,128>, comp::none
+//   echo_int8_ef       zero_aware<8,128>, error_feedback<> (int8 state)
+//   echo_dispatch      zero_aware<4,128>, error_feedback<>, default options: the size dispatch of
+//                      echo::dispatch_table (what a user gets)
+//   echo_nccl_int4     zero_aware<4,128>, comp::none, over echo::transport::nccl (ncclSend/ncclRecv)
+//   echo_nccl_int4_ef  zero_aware<4,128>, error_feedback<>, transport::nccl
+//   echo_nccl_int8     zero_aware<8,128>, comp::none, transport::nccl
+//   echo_nccl_dispatch zero_aware<4,128>, error_feedback<>, transport::nccl, default options
+//                      (ncclAllReduce below the dispatch size)
+//   echo_int4_*        zero_aware<4,128> under another pipeline_policy or workspace: tuning
+//                      ablations, identical results (t<threads>x<blocks a SM>, v32: 32 values a
+//                      lane, f<values a flag>, w<workspace MiB>)
+// The echo_* variants without "nccl" in the name use transport::cuda_ipc (peer stores over
+// NVLink / PCIe, never through NCCL). Every echo_* variant but the *dispatch ones forces its path
 // (the quantizer at every size).
 #include "harness/bench_main.cuh"
 #include "harness/echo_runner.cuh"
@@ -30,20 +35,25 @@ using za4 = echo::quant::zero_aware<4, 128>;
 using za8 = echo::quant::zero_aware<8, 128>;
 using q16 = echo::quant::none;
 using c0 = echo::comp::none;
+using ef = echo::comp::error_feedback<>;
+using ef4 = echo::comp::error_feedback<echo::comp::int4_state>;
 using ef16 = echo::comp::error_feedback<echo::bfloat16_t>;
-using ef32 = echo::comp::error_feedback<float>;
+using ipc = echo::transport::cuda_ipc;
 using nccl_transport = echo::transport::nccl;
-template <int Threads, int Blocks>
-using policy = echo::collective::pipeline_policy<Threads, Blocks, 4096>;
+using default_policy = echo::collective::default_policy;
+template <int Threads, int Blocks, int FlagElems = 8192, int LaneValues = 16>
+using policy = echo::collective::pipeline_policy<Threads, Blocks, FlagElems, LaneValues>;
 constexpr bool dispatched = false;
 
 std::unique_ptr<runner> make_nccl(bench_context& ctx) { return std::make_unique<nccl_runner>(ctx, ncclBfloat16); }
 
-/// echo::all_reduce<Q, Transport, C, Policy> on bf16.
-template <class Q, class C, bool Forced = true, class Transport = echo::transport::cuda_ipc,
-          class Policy = echo::collective::default_policy>
+/// echo::all_reduce<Q, Transport, C, Policy> on bf16 (WorkspaceMiB 0: the library's default).
+template <class Q, class C, bool Forced = true, class Transport = ipc, class Policy = default_policy,
+          size_t WorkspaceMiB = 0>
 std::unique_ptr<runner> make_echo(bench_context& ctx) {
-  return std::make_unique<echo_runner<Q, C, echo::bfloat16_t, Transport, Policy>>(ctx, runner_options(Forced));
+  echo_runner_options o = runner_options(Forced);
+  if (WorkspaceMiB) o.workspace_bytes = WorkspaceMiB << 20;
+  return std::make_unique<echo_runner<Q, C, echo::bfloat16_t, Transport, Policy>>(ctx, o);
 }
 
 }  // namespace
@@ -51,18 +61,26 @@ std::unique_ptr<runner> make_echo(bench_context& ctx) {
 const std::vector<variant_spec>& variants() {
   static const std::vector<variant_spec> table = {
       {"nccl", make_nccl},
-      {"echo_none16", make_echo<q16, c0>},
+      {"echo_none", make_echo<q16, c0>},
       {"echo_int4", make_echo<za4, c0>},
-      {"echo_int4_ef", make_echo<za4, ef16>},
-      {"echo_int4_ef32", make_echo<za4, ef32>},
+      {"echo_int4_ef", make_echo<za4, ef>},
+      {"echo_int4_ef4", make_echo<za4, ef4>},
+      {"echo_int4_ef16", make_echo<za4, ef16>},
       {"echo_int8", make_echo<za8, c0>},
-      {"echo_int8_ef", make_echo<za8, ef16>},
-      {"echo_dispatch", make_echo<za4, c0, dispatched>},
+      {"echo_int8_ef", make_echo<za8, ef>},
+      {"echo_dispatch", make_echo<za4, ef, dispatched>},
       {"echo_nccl_int4", make_echo<za4, c0, true, nccl_transport>},
-      {"echo_nccl_int4_ef", make_echo<za4, ef16, true, nccl_transport>},
+      {"echo_nccl_int4_ef", make_echo<za4, ef, true, nccl_transport>},
       {"echo_nccl_int8", make_echo<za8, c0, true, nccl_transport>},
-      {"echo_int4_t512x1", make_echo<za4, c0, true, echo::transport::cuda_ipc, policy<512, 1>>},
-      {"echo_int4_t256x2", make_echo<za4, c0, true, echo::transport::cuda_ipc, policy<256, 2>>},
+      {"echo_nccl_dispatch", make_echo<za4, ef, dispatched, nccl_transport>},
+      {"echo_int4_t256x3", make_echo<za4, c0, true, ipc, policy<256, 3>>},
+      {"echo_int4_t512x1", make_echo<za4, c0, true, ipc, policy<512, 1>>},
+      {"echo_int4_v32", make_echo<za4, c0, true, ipc, policy<256, 2, 8192, 32>>},
+      {"echo_int4_f4096", make_echo<za4, c0, true, ipc, policy<256, 2, 4096>>},
+      {"echo_int4_f16384", make_echo<za4, c0, true, ipc, policy<256, 2, 16384>>},
+      {"echo_int4_w16", make_echo<za4, c0, true, ipc, default_policy, 16>>},
+      {"echo_int4_w256", make_echo<za4, c0, true, ipc, default_policy, 256>>},
+      {"echo_none_w256", make_echo<q16, c0, true, ipc, default_policy, 256>>},
   };
   return table;
 }

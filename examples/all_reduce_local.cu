@@ -19,22 +19,10 @@
 
 using bf16 = echo::bfloat16_t;
 using Q = echo::quant::zero_aware<4, 128>;     // 4-bit codes, groups of 128
-using C = echo::comp::error_feedback<bf16>;  // errors fed forward
+using C = echo::comp::error_feedback<>;      // errors fed forward (kept as int8 codes)
 using AR = echo::all_reduce<Q, echo::transport::cuda_ipc, C>;
 
 namespace {
-
-// The size below which a call takes the unquantized 16-bit path: unquantized_below_bytes() in
-// the reshaped API, passthrough_below_bytes() before it. Shim: drop the second form once main
-// has the first.
-template <class A>
-auto unquantized_below(const A& a, int) -> decltype(a.unquantized_below_bytes()) {
-  return a.unquantized_below_bytes();
-}
-template <class A>
-auto unquantized_below(const A& a, long) -> decltype(a.passthrough_below_bytes()) {
-  return a.passthrough_below_bytes();
-}
 
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
@@ -143,7 +131,7 @@ int main(int argc, char** argv) {
 
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-    const bool quantized = n * sizeof(bf16) >= static_cast<size_t>(unquantized_below(*ars[0], 0));
+    const bool quantized = n * sizeof(bf16) >= ars[0]->unquantized_below_bytes();
     const int calls = 4;
     std::printf("all-reduce-local: %d GPUs (%s), one process; all_reduce<zero_aware<4, 128>, cuda_ipc, "
                 "error_feedback<bf16>>\n%zu bf16 values a rank (%.2f MiB), in place, %d calls on one chain per rank "

@@ -1,4 +1,3 @@
-#include "compat.cuh"
 #include "context.cuh"
 
 #include <algorithm>
@@ -42,7 +41,7 @@ bench_context::bench_context(const std::vector<int>& devices, size_t buffer_byte
 
 bench_context::~bench_context() {
   pool_.reset();  // idle workers (a hung one never gets here: the hang handler exits)
-  compat::destroy(comms_);
+  echo::communicator::destroy(comms_);
   for (rank_res& R : ranks_) {
     (void)cudaSetDevice(R.device);
     if (R.in) (void)cudaFree(R.in);

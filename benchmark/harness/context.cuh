@@ -54,7 +54,7 @@ class runner {
   virtual void check() const {}
   /// Start every chain afresh (stream-ordered); nothing for runners without state.
   virtual void reset_state() {}
-  /// The path a call of `bytes` takes ("nccl", "none16", or the quantizer), for labels.
+  /// The path a call of `bytes` takes ("nccl", "none", or the quantizer), for labels.
   virtual std::string path(size_t bytes) const = 0;
   /// True when the path depends on the size (echo::dispatch_table thresholds).
   virtual bool size_dispatch() const { return false; }

@@ -1,10 +1,7 @@
 // What the benchmarks time: echo::all_reduce<Q, Transport, C, Policy> on element type T, on every
-// rank of a bench_context. Only one translation unit of a program may include this header today:
-// echo/collective/pipeline_kernel.cuh defines a non-inline function (detail::give_up), so two
-// would not link.
+// rank of a bench_context.
 #pragma once
 
-#include "compat.cuh"
 #include "context.cuh"
 #include "runner_options.hpp"
 
@@ -23,7 +20,7 @@ template <class Q, class C, class T, class Transport = echo::transport::cuda_ipc
           class Policy = echo::collective::default_policy>
 class echo_runner final : public runner {
   using AR = echo::all_reduce<Q, Transport, C, Policy>;
-  static constexpr bool stateful = compat::keeps_state_v<C>;
+  static constexpr bool stateful = C::keeps_state;
   struct no_chain {};
   using chain_t = std::conditional_t<stateful, typename AR::chain_type, no_chain>;
   // transport::nccl issues ncclSend/ncclRecv group calls inside every call: one thread a rank.
@@ -34,7 +31,7 @@ class echo_runner final : public runner {
       : ctx_(ctx), forced_(o.forced), ar_(static_cast<size_t>(ctx.size())), ch_(ar_.size()) {
     typename AR::options opt{};
     if (o.workspace_bytes) opt.workspace_bytes = o.workspace_bytes;
-    if (o.forced) compat::set_unquantized_below(opt, 0);
+    if (o.forced) opt.unquantized_below_bytes = 0;
     try {
       echo::for_each_rank(ctx.comms(), [&](const echo::communicator& c) {
         const size_t r = static_cast<size_t>(c.rank());  // each thread writes only its own slot
@@ -90,8 +87,8 @@ class echo_runner final : public runner {
   bool size_dispatch() const override { return !forced_; }
 
   std::string path(size_t bytes) const override {
-    if (bytes < compat::unquantized_below(*ar_[0])) return "none16";
-    if constexpr (!compat::quantizes_v<Q>) return "none16";
+    if (bytes < ar_[0]->unquantized_below_bytes()) return "none";
+    if constexpr (!Q::quantizes) return "none";
     else return std::string(Q::name) + "<" + std::to_string(Q::bits) + "," + std::to_string(Q::group) + ">";
   }
 
