@@ -5,12 +5,12 @@
 //   nccl               ncclAllReduce(bf16, sum) on every rank inside ncclGroupStart/End
 //   echo_none          echo::all_reduce<quant::none>: the unquantized two-shot through Echo's pipeline
 //   echo_int4          zero_aware<4,128>, comp::none
-//   echo_int4_ef       zero_aware<4,128>, error_feedback<> (default state: int8 codes of the error),
+//   echo_int4_ef       zero_aware<4,128>, error_feedback<> (default state: the error as bf16),
 //                      fused state update, one chain a rank
+//   echo_int4_ef8      the same with the state as int8 codes (comp::int8_state)
 //   echo_int4_ef4      the same with the state as int4 codes
-//   echo_int4_ef16     the same with the state as bf16 values
 //   echo_int8          zero_aware<8,128>, comp::none
-//   echo_int8_ef       zero_aware<8,128>, error_feedback<> (int8 state)
+//   echo_int8_ef       zero_aware<8,128>, error_feedback<> (bf16 state)
 //   echo_dispatch      zero_aware<4,128>, error_feedback<>, default options: the size dispatch of
 //                      echo::dispatch_table (what a user gets)
 //   echo_nccl_int4     zero_aware<4,128>, comp::none, over echo::transport::nccl (ncclSend/ncclRecv)
@@ -20,7 +20,7 @@
 //                      (ncclAllReduce below the dispatch size)
 //   echo_int4_*        zero_aware<4,128> under another pipeline_policy or workspace: tuning
 //                      ablations, identical results (t<threads>x<blocks a SM>, v32: 32 values a
-//                      lane, f<values a flag>, w<workspace MiB>)
+//                      lane, f<values a flag>, lag2: stages two iterations apart, w<workspace MiB>)
 // The echo_* variants without "nccl" in the name use transport::cuda_ipc (peer stores over
 // NVLink / PCIe, never through NCCL). Every echo_* variant but the *dispatch ones forces its path
 // (the quantizer at every size).
@@ -37,12 +37,12 @@ using q16 = echo::quant::none;
 using c0 = echo::comp::none;
 using ef = echo::comp::error_feedback<>;
 using ef4 = echo::comp::error_feedback<echo::comp::int4_state>;
-using ef16 = echo::comp::error_feedback<echo::bfloat16_t>;
+using ef8 = echo::comp::error_feedback<echo::comp::int8_state>;
 using ipc = echo::transport::cuda_ipc;
 using nccl_transport = echo::transport::nccl;
 using default_policy = echo::collective::default_policy;
-template <int Threads, int Blocks, int FlagElems = 8192, int LaneValues = 16>
-using policy = echo::collective::pipeline_policy<Threads, Blocks, FlagElems, LaneValues>;
+template <int Threads, int Blocks, int FlagElems = 8192, int LaneValues = 16, int Lag = 1>
+using policy = echo::collective::pipeline_policy<Threads, Blocks, FlagElems, LaneValues, Lag>;
 constexpr bool dispatched = false;
 
 std::unique_ptr<runner> make_nccl(bench_context& ctx) { return std::make_unique<nccl_runner>(ctx, ncclBfloat16); }
@@ -64,8 +64,8 @@ const std::vector<variant_spec>& variants() {
       {"echo_none", make_echo<q16, c0>},
       {"echo_int4", make_echo<za4, c0>},
       {"echo_int4_ef", make_echo<za4, ef>},
+      {"echo_int4_ef8", make_echo<za4, ef8>},
       {"echo_int4_ef4", make_echo<za4, ef4>},
-      {"echo_int4_ef16", make_echo<za4, ef16>},
       {"echo_int8", make_echo<za8, c0>},
       {"echo_int8_ef", make_echo<za8, ef>},
       {"echo_dispatch", make_echo<za4, ef, dispatched>},
@@ -76,11 +76,14 @@ const std::vector<variant_spec>& variants() {
       {"echo_int4_t256x3", make_echo<za4, c0, true, ipc, policy<256, 3>>},
       {"echo_int4_t512x1", make_echo<za4, c0, true, ipc, policy<512, 1>>},
       {"echo_int4_v32", make_echo<za4, c0, true, ipc, policy<256, 2, 8192, 32>>},
+      {"echo_int4_lag2", make_echo<za4, c0, true, ipc, policy<256, 2, 8192, 16, 2>, 256>},
+      {"echo_int4_t256x3_w256", make_echo<za4, c0, true, ipc, policy<256, 3>, 256>},
+      {"echo_int4_ef_w256", make_echo<za4, ef, true, ipc, default_policy, 256>},
       {"echo_int4_f4096", make_echo<za4, c0, true, ipc, policy<256, 2, 4096>>},
       {"echo_int4_f16384", make_echo<za4, c0, true, ipc, policy<256, 2, 16384>>},
-      {"echo_int4_w16", make_echo<za4, c0, true, ipc, default_policy, 16>>},
-      {"echo_int4_w256", make_echo<za4, c0, true, ipc, default_policy, 256>>},
-      {"echo_none_w256", make_echo<q16, c0, true, ipc, default_policy, 256>>},
+      {"echo_int4_w16", make_echo<za4, c0, true, ipc, default_policy, 16>},
+      {"echo_int4_w256", make_echo<za4, c0, true, ipc, default_policy, 256>},
+      {"echo_none_w256", make_echo<q16, c0, true, ipc, default_policy, 256>},
   };
   return table;
 }

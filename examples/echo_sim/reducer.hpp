@@ -6,6 +6,8 @@
 #include <echo/echo.cuh>
 
 #include <memory>
+#include <string>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,7 +17,20 @@ namespace echo_sim {
 using bf16 = echo::bfloat16_t;
 
 enum class quant_kind { zero_aware, naive_zero_point, symmetric, none };
-enum class comp_kind { none, error_feedback };
+/// error_feedback keeps the error exactly (float state), as the depth experiment always did; the
+/// ef_* kinds keep it as the device's other storage options (zero_aware, 4 or 8 bits only).
+enum class comp_kind { none, error_feedback, ef_bf16, ef_int8, ef_int4 };
+
+inline const char* comp_label(comp_kind c) {
+  switch (c) {
+    case comp_kind::none: return "none";
+    case comp_kind::error_feedback: return "error_feedback";
+    case comp_kind::ef_bf16: return "ef_bf16";
+    case comp_kind::ef_int8: return "ef_int8";
+    case comp_kind::ef_int4: return "ef_int4";
+  }
+  return "?";
+}
 
 /// One Echo configuration: a reference all-reduce and its chain state.
 struct reducer {
@@ -41,9 +56,9 @@ template <class Q, class C>
 struct reducer_impl final : reducer {
   echo::reference::all_reduce<Q, C> ar;
   echo::reference::chain_state<C> chain;
-  explicit reducer_impl(const make_args& a) : ar(a.ranks), chain(a.ranks, a.n) {
+  reducer_impl(const make_args& a, comp_kind k) : ar(a.ranks), chain(a.ranks, a.n) {
     quant = Q::name;
-    comp = C::name;
+    comp = comp_label(k);
     bits = Q::bits;
     group = Q::group;
   }
@@ -55,11 +70,21 @@ struct reducer_impl final : reducer {
 
 template <class Q>
 std::unique_ptr<reducer> make_comp(comp_kind c, const make_args& a) {
+  using namespace echo::comp;
   switch (c) {
-    case comp_kind::none: return std::make_unique<reducer_impl<Q, echo::comp::none>>(a);
-    case comp_kind::error_feedback: return std::make_unique<reducer_impl<Q, echo::comp::error_feedback<>>>(a);
+    case comp_kind::none: return std::make_unique<reducer_impl<Q, none>>(a, c);
+    case comp_kind::error_feedback: return std::make_unique<reducer_impl<Q, error_feedback<float>>>(a, c);
+    default: break;
   }
-  throw std::invalid_argument("echo-sim: unknown compensator");
+  if constexpr (std::is_same<Q, echo::quant::zero_aware<Q::bits, Q::group>>::value && (Q::bits == 4 || Q::bits == 8)) {
+    switch (c) {
+      case comp_kind::ef_bf16: return std::make_unique<reducer_impl<Q, error_feedback<echo::bfloat16_t>>>(a, c);
+      case comp_kind::ef_int8: return std::make_unique<reducer_impl<Q, error_feedback<int8_state>>>(a, c);
+      case comp_kind::ef_int4: return std::make_unique<reducer_impl<Q, error_feedback<int4_state>>>(a, c);
+      default: break;
+    }
+  }
+  throw std::invalid_argument(std::string("echo-sim: compensator ") + comp_label(c) + " is built for zero_aware 4 and 8 bits only");
 }
 
 template <template <int, int> class Q, int B>

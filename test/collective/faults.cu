@@ -9,7 +9,7 @@
 
 using namespace echo_test;
 using za4 = echo::quant::zero_aware<4, 128>;
-using ef8 = echo::comp::error_feedback<>;
+using ef8 = echo::comp::error_feedback<echo::comp::int8_state>;
 using ef16 = echo::comp::error_feedback<echo::bfloat16_t>;
 using bf16 = echo::bfloat16_t;
 using st = echo::status;

@@ -50,11 +50,11 @@ struct soak_object {
 inline size_t draw_n(rng& r, size_t max_n, size_t group, size_t dispatch_elems) {
   const double u = r.uniform(0.0f, 1.0f);
   size_t n;
-  if (u < 0.70) n = static_cast<size_t>(r.log_uniform(0.0f, 4.3f));
-  else if (u < 0.88) n = static_cast<size_t>(r.log_uniform(4.3f, 5.5f));
-  else if (u < 0.95) n = std::max<size_t>(1, (r.uniform_int<size_t>(1, 64) * group) + r.uniform_int<int>(-2, 2));
-  else if (u < 0.99 && dispatch_elems) n = dispatch_elems + r.uniform_int<int>(-3, 3) * 8;
-  else n = static_cast<size_t>(r.log_uniform(5.5f, 6.6f));
+  if (u < 0.75) n = static_cast<size_t>(r.log_uniform(0.0f, 4.3f));
+  else if (u < 0.90) n = static_cast<size_t>(r.log_uniform(4.3f, 5.3f));
+  else if (u < 0.965) n = std::max<size_t>(1, (r.uniform_int<size_t>(1, 64) * group) + r.uniform_int<int>(-2, 2));
+  else if (u < 0.995 && dispatch_elems) n = dispatch_elems + r.uniform_int<int>(-3, 3) * 8;
+  else n = static_cast<size_t>(r.log_uniform(5.3f, 6.6f));
   return std::min(std::max<size_t>(n, 1), max_n);
 }
 
@@ -238,9 +238,9 @@ TEST_CASE("soak: cuda_ipc") {
   o.emplace_back(new soak_of<quant::none, comp::none, T>("none none (16-bit pipeline)", M, options(0, 1 << 20)));
   o.emplace_back(new soak_of<quant::naive_zero_point<4, 64>, comp::error_feedback<float>, T>("naive4g64 ef(f32)", M, options(0)));
 #ifndef ECHO_SOAK_LEGACY
-  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<>, T>("za4g128 ef(int8) dispatch", M, options(-1)));
+  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::int8_state>, T>("za4g128 ef(int8) dispatch", M, options(-1)));
   o.emplace_back(new soak_of<quant::zero_aware<8, 64>, comp::error_feedback<comp::int4_state>, T>("za8g64 ef(int4) 256K", M, options(0, 256 << 10)));
-  o.emplace_back(new soak_of<quant::zero_aware<3, 256>, comp::error_feedback<>, T>("za3g256 ef(int8)", M, options(1 << 16)));
+  o.emplace_back(new soak_of<quant::zero_aware<3, 256>, comp::error_feedback<comp::int8_state>, T>("za3g256 ef(int8)", M, options(1 << 16)));
 #endif
   soak(o, "cuda_ipc");
 }
@@ -254,7 +254,7 @@ TEST_CASE("soak: nccl") {
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<bf16>, T>("za4g128 ef(bf16) forced", M, options(0)));
   o.emplace_back(new soak_of<quant::symmetric<8, 32>, comp::none, T>("sym8g32 none 256K", M, options(0, 256 << 10)));
 #ifndef ECHO_SOAK_LEGACY
-  o.emplace_back(new soak_of<quant::zero_aware<4, 64>, comp::error_feedback<>, T>("za4g64 ef(int8) exact<1M", M, options(1 << 20)));
+  o.emplace_back(new soak_of<quant::zero_aware<4, 64>, comp::error_feedback<comp::int8_state>, T>("za4g64 ef(int8) exact<1M", M, options(1 << 20)));
   o.emplace_back(new soak_of<quant::none, comp::none, T>("none none forced", M, options(0)));
 #endif
   soak(o, "nccl");

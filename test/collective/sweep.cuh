@@ -24,7 +24,7 @@ void sweep_one() {
 template <class Q, class Transport>
 void sweep_quantizer() {
   if (!runnable<Transport>()) return;
-  using ef = echo::comp::error_feedback<>;  // the default storage: int8 codes of the error
+  using ef = echo::comp::error_feedback<echo::comp::int8_state>;  // int8 codes of the error
   using ef16 = echo::comp::error_feedback<echo::bfloat16_t>;
   using none = echo::comp::none;
   sweep_one<Q, none, float, Transport>();

@@ -4,16 +4,17 @@
 // flag covers a tile. Warp w of the grid (W warps) handles tiles t = w, w + W, w + 2W, ... and
 // runs the three stages of different tiles in one loop, so that a warp's stages overlap with its
 // peers' and the link never waits for a whole stage to drain:
-//   iteration m:  A. push    tile t_m      to every peer (x' = x + c, quantize, store, publish)
-//                 B. reduce  tile t_(m-1)  of the own segment (wait for the P-1 receipts, sum in
-//                                          rank order, quantize once, push to every peer, publish)
-//                 C. gather  tile t_(m-2)  of every other segment (wait, dequantize, write out)
+//   iteration m:  A. push    tile t_m       to every peer (x' = x + c, quantize, store, publish)
+//                 B. reduce  tile t_(m-L)   of the own segment (wait for the P-1 receipts, sum in
+//                                           rank order, quantize once, push to every peer, publish)
+//                 C. gather  tile t_(m-2L)  of every other segment (wait, dequantize, write out)
+// (L = Policy::stage_lag, 1 by default.)
 // Data moves through rings of R tile slots per peer (tile t in slot t mod R), whose size the
 // workspace fixes; flags are indexed by tile in a fixed region (collective/workspace_layout.cuh),
 // so a flag never changes role. Flow control needs no extra flag: when the message has more tiles
-// than the ring, R is a multiple of W and at least 3W, so tile t - R is the same warp's tile three
-// or more iterations back, and that warp gathered it (C of iteration m-1 at the latest) before it
-// pushes tile t. Gathering t - R from owner j means j reduced t - R, i.e. read its recv slot, and
+// than the ring, R is a multiple of W and at least (2L + 1) W, so tile t - R is the same warp's
+// tile 2L + 1 or more iterations back, and that warp gathered it (C of iteration m-1 at the
+// latest) before it pushes tile t. Gathering t - R from owner j means j reduced t - R, i.e. read its recv slot, and
 // j reduces t only after this rank pushed t, i.e. after this rank read its gather slot of t - R:
 // both rings are free when reused. Across launches the same holds: a rank starts a call only after
 // gathering all of the last one.
@@ -147,6 +148,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   const int lane = threadIdx.x & 31;
   const size_t warp = static_cast<size_t>(blockIdx.x) * Cfg::warps + threadIdx.x / 32;
   const size_t W = static_cast<size_t>(gridDim.x) * Cfg::warps;
+  const size_t lag = static_cast<size_t>(Cfg::policy::stage_lag) * W;  // push -> reduce -> gather distance
   uint32_t* const sync = reinterpret_cast<uint32_t*>(p.local);
   const uint32_t* const abort = sync + echo::detail::sync_words::abort;
   const auto frame = detail::begin_launch(sync, p.state, p.n, p.status);
@@ -178,9 +180,9 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
         if (lane == 0) echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[j] + L.recv_flag(me, t)), mine);
       }
     }
-    // B. reduce tile t - W of the own segment
-    if (t >= W && t - W < tiles0) {
-      const size_t tile = t - W, b = part.begin(me), len = part.size(me);
+    // B. reduce tile t - lag of the own segment
+    if (t >= lag && t - lag < tiles0) {
+      const size_t tile = t - lag, b = part.begin(me), len = part.size(me);
       if (tile * tile_elems < len) {
         for (int i = 0; i < P && why == wait_result::ok; ++i)
           if (i != me) why = detail::warp_wait(p.local + L.recv_flag(i, tile), epoch, p.sig, abort, p.spin_limit_ns, lane);
@@ -202,9 +204,9 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
             echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[(me + d) % P] + L.gather_flag(me, tile)), mine);
       }
     }
-    // C. gather tile t - 2W of every other segment
-    if (t >= 2 * W) {
-      const size_t tile = t - 2 * W;
+    // C. gather tile t - 2 lag of every other segment
+    if (t >= 2 * lag) {
+      const size_t tile = t - 2 * lag;
       if (tile >= tiles0) break;
       for (int d = 1; d < P; ++d) {
         const int j = (me + d) % P;

@@ -6,9 +6,10 @@
 
 namespace echo::collective {
 
-template <int Threads = 256, int BlocksPerSm = 2, int FlagElems = 8192, int LaneValues = 16>
+template <int Threads = 256, int BlocksPerSm = 2, int FlagElems = 8192, int LaneValues = 16, int StageLag = 1>
 struct pipeline_policy {
   static_assert(LaneValues == 16 || LaneValues == 32, "pipeline_policy: LaneValues must be 16 or 32");
+  static_assert(StageLag >= 1 && StageLag <= 4, "pipeline_policy: StageLag must be in [1, 4]");
   static_assert(FlagElems >= 32, "pipeline_policy: FlagElems >= 32");
   static_assert(Threads % 32 == 0 && Threads >= 64 && Threads <= 1024, "pipeline_policy: Threads must be a multiple of 32 in [64, 1024]");
   static_assert(BlocksPerSm >= 1 && Threads * BlocksPerSm <= 2048, "pipeline_policy: at most 2048 threads per SM");
@@ -22,6 +23,10 @@ struct pipeline_policy {
   /// Values a lane quantizes at once (tile_codec): 32 halves the per-lane share of a group's fit
   /// and doubles the bytes in flight per load, at the cost of registers.
   static constexpr int lane_values = LaneValues;
+  /// Iterations between a warp's push of a tile and its reduce (and between reduce and gather):
+  /// more lets a warp run further ahead of its peers' warps, at the cost of ring slots (the
+  /// flow-control rule asks R >= (2 StageLag + 1) W).
+  static constexpr int stage_lag = StageLag;
 };
 
 using default_policy = pipeline_policy<>;

@@ -15,10 +15,12 @@ namespace echo::comp {
 ///  - for a segment it sends: e = x' - D(Q(x'));
 ///  - for its own segment:    e = S - out, the error of quantizing the sum (and of rounding it to
 ///                            the output type).
-/// Storage: int8_state (default: 1 + 1/16 bytes a value, a fraction of a percent of the error
-/// lost per call), int4_state (half that, more lost), or the error rounded to bfloat16_t / half_t
-/// (2 bytes) or kept exactly as float (4 bytes). docs/depth-experiment.md measures the choices.
-template <class Storage = int8_state>
+/// Storage: the error rounded to bfloat16_t (the default: 2 bytes a value, the fastest measured on
+/// H200), half_t, or kept exactly as float (4 bytes); or int8_state / int4_state: 1 + 1/16 or
+/// 1/2 + 1/16 bytes a value, codes with their own step per 32 values, cheaper in memory traffic
+/// but dearer in instructions (docs/benchmarks.md: slower on H200 today). docs/depth-experiment.md
+/// measures what each keeps of the error.
+template <class Storage = bfloat16_t>
 struct error_feedback {
   static_assert(std::is_same<Storage, float>::value || std::is_same<Storage, bfloat16_t>::value ||
                     std::is_same<Storage, half_t>::value || std::is_same<Storage, int8_state>::value ||

@@ -259,9 +259,10 @@ struct cuda_ipc {
       if (tiles0 <= slots) {
         warps = std::min(resident, tiles0);  // no slot is reused within the call
       } else {
-        // Reused slots: R a multiple of the grid's warps W and R >= 3 W (the flow-control rule).
-        warps = std::min(resident, slots / 3 / Cfg::warps * Cfg::warps);
-        if (warps == 0) return fail("the workspace ring holds fewer than 3 tiles a warp: raise workspace_bytes");
+        // Reused slots: R a multiple of the grid's warps W and R >= (2 lag + 1) W (the flow-control rule).
+        constexpr size_t per_warp = 2 * static_cast<size_t>(Policy::stage_lag) + 1;
+        warps = std::min(resident, slots / per_warp / Cfg::warps * Cfg::warps);
+        if (warps == 0) return fail("the workspace ring holds too few tiles a warp: raise workspace_bytes");
         ring = slots / warps * warps;
       }
       const int grid = static_cast<int>((warps + Cfg::warps - 1) / Cfg::warps);

@@ -59,7 +59,7 @@ struct nccl {
       if (comm.size() == 1) return;
       // A segment's packets at the widest (fp32 through quant::none: 4 bytes a value), capped.
       const size_t seg = echo::detail::partition{max_elements, 32, comm.size()}.size(0) + 2048;
-      const size_t slot = std::max(min_slot_bytes, std::min(seg * 4, opt.workspace_bytes / (sets * slots())));
+      const size_t slot = std::max(min_slot_bytes, std::min(seg * 4, opt.workspace_bytes / (sets * slots()))) & ~size_t(255);
       bytes_ = sets * slots() * (slot + collective::slot_header::bytes);
       ECHO_CUDA_TRY(cudaMalloc(&base_, bytes_));
       ECHO_CUDA_TRY(cudaMemset(base_, 0, bytes_));
