@@ -48,6 +48,8 @@ struct pipeline_params {
   uint32_t sig;              ///< call signature carried in every flag
   int subtiles;              ///< U: warp sub-tiles a tile (and a flag) covers
   size_t ring;               ///< R: tile slots of a peer's ring
+  size_t t_begin, t_end;     ///< tiles of this launch (phase schedule: a round of the rings)
+  bool last;                 ///< the call's last launch (it writes the chain's tag)
   workspace_layout layout;
   unsigned char* local;        ///< this rank's workspace
   unsigned char* const* peer;  ///< device array: every rank's workspace, as this device maps it
@@ -161,71 +163,94 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   const echo::detail::partition part{p.n, p.granule, P};
   const size_t tiles0 = (part.size(0) + tile_elems - 1) / tile_elems;  // segment 0 is the longest
   wait_result why = wait_result::ok;
+  (void)lag;
+  (void)tiles0;
 
-  for (size_t t = warp;; t += W) {
-    // A. push tile t to every peer
-    if (t < tiles0) {
-      for (int d = 1; d < P; ++d) {
-        const int j = (me + d) % P;
-        const size_t b = part.begin(j), len = part.size(j);
-        if (t * tile_elems >= len) continue;
-        const int subs = static_cast<int>(min(static_cast<size_t>(U), (len - t * tile_elems + sub_elems - 1) / sub_elems));
-        unsigned char* const slot = p.peer[j] + L.recv_slot(me, t % p.ring, tile_bytes);
-        detail::over_subtiles<stages>(p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs,
-                                      sub_elems, [&](const auto& ops, size_t first, int valid, int u) {
-                                        const auto r = stages::push(ops, st, p.store_send_errors, first, valid);
-                                        Cfg::codec::store(slot + u * sub_bytes, r, lane, valid);
-                                      });
-        __syncwarp();
-        if (lane == 0) echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[j] + L.recv_flag(me, t)), mine);
-      }
+  // A. push tile t of every peer's segment into the peer's recv ring; publish.
+  auto push = [&](size_t t) {
+    for (int d = 1; d < P; ++d) {
+      const int j = (me + d) % P;
+      const size_t b = part.begin(j), len = part.size(j);
+      if (t * tile_elems >= len) continue;
+      const int subs = static_cast<int>(min(static_cast<size_t>(U), (len - t * tile_elems + sub_elems - 1) / sub_elems));
+      unsigned char* const slot = p.peer[j] + L.recv_slot(me, t % p.ring, tile_bytes);
+      detail::over_subtiles<stages>(p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs,
+                                    sub_elems, [&](const auto& ops, size_t first, int valid, int u) {
+                                      const auto r = stages::push(ops, st, p.store_send_errors, first, valid);
+                                      Cfg::codec::store(slot + u * sub_bytes, r, lane, valid);
+                                    });
+      __syncwarp();
+      if (lane == 0) echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[j] + L.recv_flag(me, t)), mine);
     }
-    // B. reduce tile t - lag of the own segment
-    if (t >= lag && t - lag < tiles0) {
-      const size_t tile = t - lag, b = part.begin(me), len = part.size(me);
-      if (tile * tile_elems < len) {
-        for (int i = 0; i < P && why == wait_result::ok; ++i)
-          if (i != me) why = detail::warp_wait(p.local + L.recv_flag(i, tile), epoch, p.sig, abort, p.spin_limit_ns, lane);
-        if (why != wait_result::ok) break;
-        const int subs = static_cast<int>(min(static_cast<size_t>(U), (len - tile * tile_elems + sub_elems - 1) / sub_elems));
-        const size_t slot = tile % p.ring;
-        detail::over_subtiles<stages>(
-            p.in, st, b + tile * tile_elems + static_cast<size_t>(lane) * V, b + len, subs, sub_elems,
-            [&](const auto& ops, size_t first, int valid, int u) {
-              const auto r = stages::reduce(ops, st, p.out, first, valid, me, P, lane, [&](int i) {
-                return static_cast<const unsigned char*>(p.local + L.recv_slot(i, slot, tile_bytes) + u * sub_bytes);
-              });
-              for (int d = 1; d < P; ++d)
-                Cfg::codec::store(p.peer[(me + d) % P] + L.gather_slot(me, slot, tile_bytes) + u * sub_bytes, r, lane, valid);
-            });
-        __syncwarp();
-        if (lane == 0)
+  };
+  // B. reduce tile t of the own segment: wait for the receipts, sum, push the sum's packet into
+  // every peer's gather ring; publish.
+  auto reduce = [&](size_t t) {
+    const size_t b = part.begin(me), len = part.size(me);
+    if (t * tile_elems >= len) return wait_result::ok;
+    for (int i = 0; i < P; ++i)
+      if (i != me) {
+        const wait_result w = detail::warp_wait(p.local + L.recv_flag(i, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
+        if (w != wait_result::ok) return w;
+      }
+    const int subs = static_cast<int>(min(static_cast<size_t>(U), (len - t * tile_elems + sub_elems - 1) / sub_elems));
+    const size_t slot = t % p.ring;
+    detail::over_subtiles<stages>(
+        p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs, sub_elems,
+        [&](const auto& ops, size_t first, int valid, int u) {
+          const auto r = stages::reduce(ops, st, p.out, first, valid, me, P, lane, [&](int i) {
+            return static_cast<const unsigned char*>(p.local + L.recv_slot(i, slot, tile_bytes) + u * sub_bytes);
+          });
           for (int d = 1; d < P; ++d)
-            echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[(me + d) % P] + L.gather_flag(me, tile)), mine);
+            Cfg::codec::store(p.peer[(me + d) % P] + L.gather_slot(me, slot, tile_bytes) + u * sub_bytes, r, lane, valid);
+        });
+    __syncwarp();
+    if (lane == 0)
+      for (int d = 1; d < P; ++d)
+        echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[(me + d) % P] + L.gather_flag(me, t)), mine);
+    return wait_result::ok;
+  };
+  // C. gather tile t of every other segment from its owner's packet.
+  auto gather = [&](size_t t) {
+    for (int d = 1; d < P; ++d) {
+      const int j = (me + d) % P;
+      const size_t b = part.begin(j), len = part.size(j);
+      if (t * tile_elems >= len) continue;
+      const wait_result w = detail::warp_wait(p.local + L.gather_flag(j, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
+      if (w != wait_result::ok) return w;
+      const unsigned char* const slot = p.local + L.gather_slot(j, t % p.ring, tile_bytes);
+      for (int u = 0; u < U && t * tile_elems + u * sub_elems < len; ++u) {
+        const size_t first = b + t * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
+        stages::gather(slot + u * sub_bytes, p.out, first, detail::valid_count(first, b + len, V), lane);
       }
     }
-    // C. gather tile t - 2 lag of every other segment
-    if (t >= 2 * lag) {
-      const size_t tile = t - 2 * lag;
-      if (tile >= tiles0) break;
-      for (int d = 1; d < P; ++d) {
-        const int j = (me + d) % P;
-        const size_t b = part.begin(j), len = part.size(j);
-        if (tile * tile_elems >= len) continue;
-        why = detail::warp_wait(p.local + L.gather_flag(j, tile), epoch, p.sig, abort, p.spin_limit_ns, lane);
+    return wait_result::ok;
+  };
+
+  if constexpr (Cfg::policy::stage_lag > 0) {
+    // Stages of different tiles in one loop (see the top of the file); tiles [0, tiles0).
+    for (size_t t = warp;; t += W) {
+      if (t < tiles0) push(t);
+      if (t >= lag && t - lag < tiles0) {
+        why = reduce(t - lag);
         if (why != wait_result::ok) break;
-        const unsigned char* const slot = p.local + L.gather_slot(j, tile % p.ring, tile_bytes);
-        for (int u = 0; u < U && tile * tile_elems + u * sub_elems < len; ++u) {
-          const size_t first = b + tile * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
-          stages::gather(slot + u * sub_bytes, p.out, first, detail::valid_count(first, b + len, V), lane);
-        }
       }
-      if (why != wait_result::ok) break;
+      if (t >= 2 * lag) {
+        if (t - 2 * lag >= tiles0) break;
+        why = gather(t - 2 * lag);
+        if (why != wait_result::ok) break;
+      }
     }
+  } else {
+    // One stage after another over this launch's tiles [t_begin, t_end) (a round of the rings).
+    for (size_t t = p.t_begin + warp; t < p.t_end; t += W) push(t);
+    for (size_t t = p.t_begin + warp; t < p.t_end && why == wait_result::ok; t += W) why = reduce(t);
+    for (size_t t = p.t_begin + warp; t < p.t_end && why == wait_result::ok; t += W) why = gather(t);
   }
   if (why != wait_result::ok && lane == 0) detail::give_up(why, sync, p.peer, P, me, p.status);
 
-  detail::end_launch(sync, epoch, p.state,
+  // The chain's tag changes with the call's last launch only (every launch of a call reads it).
+  detail::end_launch(sync, epoch, p.last ? p.state : nullptr,
                      p.store_send_errors ? p.n : comp::state_header::after_deferred(p.n, frame.active));
 }
 

@@ -6,10 +6,10 @@
 
 namespace echo::collective {
 
-template <int Threads = 256, int BlocksPerSm = 2, int FlagElems = 8192, int LaneValues = 16, int StageLag = 1>
+template <int Threads = 256, int BlocksPerSm = 2, int FlagElems = 4096, int LaneValues = 16, int StageLag = 0>
 struct pipeline_policy {
   static_assert(LaneValues == 16 || LaneValues == 32, "pipeline_policy: LaneValues must be 16 or 32");
-  static_assert(StageLag >= 1 && StageLag <= 4, "pipeline_policy: StageLag must be in [1, 4]");
+  static_assert(StageLag >= 0 && StageLag <= 4, "pipeline_policy: StageLag must be in [0, 4]");
   static_assert(FlagElems >= 32, "pipeline_policy: FlagElems >= 32");
   static_assert(Threads % 32 == 0 && Threads >= 64 && Threads <= 1024, "pipeline_policy: Threads must be a multiple of 32 in [64, 1024]");
   static_assert(BlocksPerSm >= 1 && Threads * BlocksPerSm <= 2048, "pipeline_policy: at most 2048 threads per SM");
@@ -23,9 +23,11 @@ struct pipeline_policy {
   /// Values a lane quantizes at once (tile_codec): 32 halves the per-lane share of a group's fit
   /// and doubles the bytes in flight per load, at the cost of registers.
   static constexpr int lane_values = LaneValues;
-  /// Iterations between a warp's push of a tile and its reduce (and between reduce and gather):
-  /// more lets a warp run further ahead of its peers' warps, at the cost of ring slots (the
-  /// flow-control rule asks R >= (2 StageLag + 1) W).
+  /// The schedule of the cuda_ipc kernel. 0: every warp pushes all its tiles, then reduces, then
+  /// gathers, one launch per round of the rings (a message larger than the rings takes several).
+  /// L >= 1: one launch for any n, the stages of different tiles overlapped in every warp, L
+  /// iterations between a tile's push and its reduce and between its reduce and gather (the
+  /// flow-control rule then asks R >= (2 L + 1) W). docs/benchmarks.md measures both.
   static constexpr int stage_lag = StageLag;
 };
 

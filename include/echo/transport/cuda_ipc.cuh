@@ -250,13 +250,18 @@ struct cuda_ipc {
       // resident grid of one GPU model), and the signature carries the plan, so ranks that
       // planned differently report a mismatch instead of mixing layouts.
       const size_t u_max = std::max<size_t>(1, Policy::flag_elems / Cfg::sub_elems);
-      size_t U = std::min(u_max, std::max<size_t>(1, subs0 / (4 * resident)));
+      constexpr bool overlap = Policy::stage_lag > 0;
+      size_t U = overlap ? std::min(u_max, std::max<size_t>(1, subs0 / (4 * resident)))
+                         : std::min(u_max, std::max<size_t>(1, subs0 / spread_warps));
       U = std::max(U, (subs0 + layout_.flag_tiles - 1) / layout_.flag_tiles);
       const size_t tiles0 = (subs0 + U - 1) / U;
       const size_t tile_bytes = U * Cfg::sub_bytes;
       const size_t slots = layout_.ring_bytes / tile_bytes;
+      if (slots == 0) return fail("the workspace ring holds no tile: raise workspace_bytes");
       size_t warps = 0, ring = slots;
-      if (tiles0 <= slots) {
+      if (!overlap) {
+        warps = std::min(resident, std::min(tiles0, slots));  // a round: up to `slots` tiles
+      } else if (tiles0 <= slots) {
         warps = std::min(resident, tiles0);  // no slot is reused within the call
       } else {
         // Reused slots: R a multiple of the grid's warps W and R >= (2 lag + 1) W (the flow-control rule).
@@ -275,7 +280,7 @@ struct cuda_ipc {
       p.granule = echo::detail::granule_of<Q>();
       p.rank = comm_.rank();
       p.ranks = P;
-      p.sig = echo::detail::signature().add(c.sig).add(U).add(ring).add(1).value();
+      p.sig = echo::detail::signature().add(c.sig).add(U).add(ring).add(Policy::stage_lag).add(1).value();
       p.subtiles = static_cast<int>(U);
       p.ring = ring;
       p.layout = layout_;
@@ -283,7 +288,14 @@ struct cuda_ipc {
       p.peer = d_peers_;
       p.spin_limit_ns = static_cast<uint64_t>(opt_.spin_limit_seconds * 1e9);
       p.status = status_.device();
-      kernel<<<grid, Cfg::threads, 0, stream>>>(p);
+      // One launch (overlapped), or one a round of `ring` tiles: every rank makes the same rounds.
+      const size_t per_launch = overlap ? tiles0 : ring;
+      for (size_t t0 = 0; t0 < tiles0; t0 += per_launch) {
+        p.t_begin = t0;
+        p.t_end = std::min(tiles0, t0 + per_launch);
+        p.last = p.t_end == tiles0;
+        kernel<<<grid, Cfg::threads, 0, stream>>>(p);
+      }
       return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
     }
 
@@ -300,6 +312,9 @@ struct cuda_ipc {
 
    private:
     static constexpr size_t min_ring_bytes = size_t(64) << 10;
+    /// Phase schedule: one flag per sub-tile while a segment has fewer sub-tiles than this many
+    /// (spread small messages over the warps), more above (fewer system-scope fences): measured.
+    static constexpr size_t spread_warps = 2048;
 
     status fail(const char* why) {
       error_ = why;
