@@ -1,8 +1,8 @@
-// Reference table entries: naive_zero_point, 4 bits, group 128.
+// Reference table entries: naive_zero_point.
 #include "table.hpp"
 
 namespace echo_py::ref {
 
-void add_naive_zero_point(std::vector<entry>& table) { add<echo::quant::naive_zero_point<4, 128>>(table); }
+void add_naive_zero_point(std::vector<entry>& table) { add_family(table, naive_zero_point_family{}); }
 
 }  // namespace echo_py::ref

@@ -3,6 +3,6 @@
 
 namespace echo_py::ref {
 
-void add_none(std::vector<entry>& table) { add<echo::quant::none>(table); }
+void add_none(std::vector<entry>& table) { add_family(table, none_family{}); }
 
 }  // namespace echo_py::ref

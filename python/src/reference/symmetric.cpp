@@ -1,8 +1,8 @@
-// Reference table entries: symmetric, 4 bits, group 128.
+// Reference table entries: symmetric.
 #include "table.hpp"
 
 namespace echo_py::ref {
 
-void add_symmetric(std::vector<entry>& table) { add<echo::quant::symmetric<4, 128>>(table); }
+void add_symmetric(std::vector<entry>& table) { add_family(table, symmetric_family{}); }
 
 }  // namespace echo_py::ref

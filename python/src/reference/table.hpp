@@ -1,9 +1,9 @@
 // The host reference's table: one entry per compiled (quantizer, compensator) pair, found by name
-// at run time. The entries are added by one translation unit per quantizer family (zero_aware.cpp,
-// symmetric.cpp, naive_zero_point.cpp, none.cpp) so that a parallel build compiles them side by side.
+// at run time. Quantizers and compensators: common/quantizers.hpp and common/compensators.hpp. One
+// translation unit per quantizer family adds its entries, so a parallel build compiles them side by side.
 #pragma once
 
-#include "../common/compensators.hpp"
+#include "../common/quantizers.hpp"
 
 #include <memory>
 #include <stdexcept>
@@ -70,10 +70,10 @@ void add(std::vector<entry>& table, type_list<C...>) {
   (table.push_back({Q::name, bits_of<Q>(), group_of<Q>(), comp_names<C>::comp, comp_names<C>::storage, &run<Q, C>}), ...);
 }
 
-/// Adds Q with every compensator of echo_py::compensators.
-template <class Q>
-void add(std::vector<entry>& table) {
-  add<Q>(table, compensators{});
+/// Adds every quantizer of a family (common/quantizers.hpp) with every compensator.
+template <class... Q>
+void add_family(std::vector<entry>& table, type_list<Q...>) {
+  (add<Q>(table, compensators{}), ...);
 }
 
 void add_zero_aware(std::vector<entry>& table);
