@@ -163,7 +163,6 @@ struct options {
   int passes = 1;
   int warmup = -1;          // -1: passes / 2
   double branch_gain = 0;   // 0: 1 / sqrt(depth)
-  bool same_tokens = false;
   bool csv = false;
 };
 
@@ -187,15 +186,12 @@ const char* const usage_text =
     "  --quant LIST     comma list of zero_aware,naive_zero_point,symmetric,none (default zero_aware)\n"
     "  --bits LIST      code bits, comma list of 2,3,4,6,8 (default 4; ignored by quant none)\n"
     "  --group LIST     group size, comma list of 32,64,128,256 (default 128; ignored by quant none)\n"
-    "  --comp LIST      comma list of none,error_feedback,two_timescale (default none,error_feedback)\n"
+    "  --comp LIST      comma list of none,error_feedback (default none,error_feedback)\n"
     "  --seed S         seed of weights and tokens (default 1)\n"
     "  --passes N       forward passes over fresh tokens with the same weights; each pass is one\n"
-    "                   chain (reset at its start); two_timescale's slow state carries across them\n"
-    "                   (default 1)\n"
+    "                   chain (reset at its start) (default 1)\n"
     "  --warmup W       passes left out of the reported error (default passes / 2); the errors of\n"
     "                   the remaining passes are pooled: sqrt(sum ||dh||^2 / sum ||h_exact||^2)\n"
-    "  --same-tokens    every pass sees the tokens of the first (the best case for a slow, per-site\n"
-    "                   estimate such as two_timescale's)\n"
     "  --branch-gain G  scale of each block's output (default 1/sqrt(depth), the scaled init)\n"
     "  --csv            also print rows depth,quant,bits,group,comp,rel_rms_error\n"
     "  --help           this text\n";
@@ -239,10 +235,6 @@ options parse(int argc, char** argv, bool& help) {
       o.csv = true;
       continue;
     }
-    if (a == "--same-tokens") {
-      o.same_tokens = true;
-      continue;
-    }
     if (a.rfind("--", 0) != 0) throw usage_error("unexpected argument '" + a + "'");
     const size_t eq = a.find('=');
     if (eq != std::string::npos) {
@@ -284,8 +276,7 @@ options parse(int argc, char** argv, bool& help) {
       o.comps = parse_list<comp_kind>(a, val, [&](const std::string& s) {
         if (s == "none") return comp_kind::none;
         if (s == "error_feedback") return comp_kind::error_feedback;
-        if (s == "two_timescale") return comp_kind::two_timescale;
-        throw usage_error("--comp: unknown compensator '" + s + "' (none, error_feedback, two_timescale)");
+        throw usage_error("--comp: unknown compensator '" + s + "' (none, error_feedback)");
       });
     } else if (a == "--bits") {
       o.bits = parse_list<int>(a, val, [&](const std::string& s) {
@@ -488,7 +479,7 @@ int run(const options& o) {
     for (int b : (q == quant_kind::none ? std::vector<int>{16} : o.bits))
       for (int g : (q == quant_kind::none ? std::vector<int>{1} : o.groups))
         for (comp_kind c : o.comps)
-          runs.emplace_back(d, echo_sim::make_reducer(q, b, g, c, echo_sim::make_args{o.ranks, n, static_cast<size_t>(d.D)}));
+          runs.emplace_back(d, echo_sim::make_reducer(q, b, g, c, echo_sim::make_args{o.ranks, n}));
 
   std::printf("echo-sim: depth experiment on the host reference (echo::reference::all_reduce over %d simulated "
               "ranks on the CPU; no GPU involved)\n",
@@ -502,8 +493,8 @@ int run(const options& o) {
               static_cast<unsigned long long>(o.seed));
   std::printf("runs: exact = fp64 throughout; Echo = fp32 math, bf16 partials, bf16 all-reduce output, fp32 h\n");
   if (o.passes > 1)
-    std::printf("passes: %d (%s, same weights, one chain each); reported: passes %d..%d pooled\n", o.passes,
-                o.same_tokens ? "the same tokens each" : "fresh tokens each", o.warmup + 1, o.passes);
+    std::printf("passes: %d (fresh tokens each, same weights, one chain each); reported: passes %d..%d pooled\n",
+                o.passes, o.warmup + 1, o.passes);
   std::printf("metric: relative RMS error ||h_echo - h_exact|| / ||h_exact|| after each depth (Frobenius norms over\n"
               "        the [tokens, width] state); rms(h) is the RMS of h_exact\n\n");
   std::fflush(stdout);
@@ -518,7 +509,7 @@ int run(const options& o) {
   layer_weights w;
   std::vector<float> h0;
   for (int pass = 0; pass < o.passes; ++pass) {
-    generate_tokens(o, d, o.same_tokens ? 0 : pass, h0);
+    generate_tokens(o, d, pass, h0);
     ex.start(h0);
     for (auto& r : runs) r.start(h0);
     size_t ci = 0;

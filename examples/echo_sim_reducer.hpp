@@ -15,12 +15,12 @@ namespace echo_sim {
 using bf16 = echo::bfloat16_t;
 
 enum class quant_kind { zero_aware, naive_zero_point, symmetric, none };
-enum class comp_kind { none, error_feedback, two_timescale };
+enum class comp_kind { none, error_feedback };
 
 /// One Echo configuration: a reference all-reduce and its chain state.
 struct reducer {
   virtual ~reducer() = default;
-  /// Start of a forward pass: the chain ends (the fast state is cleared; slow state is kept).
+  /// Start of a forward pass: the chain ends.
   virtual void begin_pass() = 0;
   /// out[r] = all_reduce(in[0..P-1]) on every rank r, through the chain.
   virtual void reduce(const std::vector<const bf16*>& in, const std::vector<bf16*>& out, size_t n) = 0;
@@ -34,15 +34,14 @@ struct reducer {
 
 struct make_args {
   int ranks;
-  size_t n;         ///< elements per call (tokens * width)
-  size_t channels;  ///< width: two_timescale's slow estimate is per hidden channel (a column of h)
+  size_t n;  ///< elements per call (tokens * width)
 };
 
 template <class Q, class C>
 struct reducer_impl final : reducer {
   echo::reference::all_reduce<Q, C> ar;
   echo::reference::chain_state<C> chain;
-  explicit reducer_impl(const make_args& a) : ar(a.ranks), chain(a.ranks, a.n, a.channels) {
+  explicit reducer_impl(const make_args& a) : ar(a.ranks), chain(a.ranks, a.n) {
     quant = Q::name;
     comp = C::name;
     bits = Q::bits;
@@ -59,7 +58,6 @@ std::unique_ptr<reducer> make_comp(comp_kind c, const make_args& a) {
   switch (c) {
     case comp_kind::none: return std::make_unique<reducer_impl<Q, echo::comp::none>>(a);
     case comp_kind::error_feedback: return std::make_unique<reducer_impl<Q, echo::comp::error_feedback<>>>(a);
-    case comp_kind::two_timescale: return std::make_unique<reducer_impl<Q, echo::comp::two_timescale<>>>(a);
   }
   throw std::invalid_argument("echo-sim: unknown compensator");
 }

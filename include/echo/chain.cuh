@@ -1,59 +1,116 @@
-// echo::chain<Comp>: one rank's device-side compensation state for one chain of all-reduces.
+// A chain's compensation state: chain_view (caller-owned memory) and chain (owned).
+//
+// A chain is the run of all-reduces that add into one residual stream (one forward pass, one
+// backward pass): its state holds the errors this rank injected on the chain's last call. The
+// memory layout is comp/compensator.cuh's: a header, then the stored errors; all-zero memory is a
+// fresh chain. The device decides from the header whether a call continues the chain (same n as
+// the last call) or starts a fresh one, so a call captured in a CUDA graph behaves on every replay
+// as the same call made directly.
 #pragma once
 
+#include "comp/compensator.cuh"
 #include "comp/none.cuh"
 #include "detail/cuda_check.cuh"
-#include "dtype.cuh"
+#include "detail/device_guard.cuh"
+
+#include <utility>
 
 namespace echo {
 
-/// Holds `capacity` stored errors of Comp::storage on the current device. A chain is the run of
-/// calls that add into one residual stream: call reset() at a pass boundary. A call with a
-/// different n resets the chain first (a shape change ends it). Not copyable; movable.
+/// A non-owning view of a chain's state in caller memory (e.g. a torch uint8 tensor of
+/// bytes_for(n) bytes on the rank's GPU, so the framework owns it and a graph captures it at a
+/// fixed address). Reset it by zeroing the memory (torch: `state.zero_()`).
 template <class Comp>
-class chain {
+class chain_view {
  public:
-  using storage = typename Comp::storage;
-  static_assert(Comp::enabled, "echo::chain: comp::none keeps no state (pass no chain)");
-  static_assert(!Comp::slow, "echo::chain: the device path implements error_feedback; two_timescale is host-only research");
+  chain_view() = default;
+  chain_view(void* data, size_t bytes, int device) : data_(static_cast<unsigned char*>(data)), bytes_(bytes), device_(device) {}
 
-  explicit chain(size_t capacity) : capacity_(capacity) {
-    ECHO_CUDA_TRY(cudaGetDevice(&device_));
-    if (capacity) ECHO_CUDA_TRY(cudaMalloc(&data_, capacity * sizeof(storage)));
-    if (capacity) ECHO_CUDA_TRY(cudaMemset(data_, 0, capacity * sizeof(storage)));
-  }
-  chain(chain&& o) noexcept : data_(o.data_), capacity_(o.capacity_), n_(o.n_), device_(o.device_) { o.data_ = nullptr; }
-  chain(const chain&) = delete;
-  chain& operator=(const chain&) = delete;
-  ~chain() {
-    if (data_) (void)cudaFree(data_);
-  }
+  /// State bytes a chain of n elements needs (0 for a compensator without state).
+  static size_t bytes_for(size_t n) { return Comp::state_bytes(n); }
 
-  /// End the chain (stream-ordered): the next call starts from zero errors.
-  cudaError_t reset(cudaStream_t stream) {
-    const cudaError_t e = n_ ? cudaMemsetAsync(data_, 0, n_ * sizeof(storage), stream) : cudaSuccess;
-    n_ = 0;
-    return e;
-  }
-
-  size_t capacity() const { return capacity_; }
-  size_t size() const { return n_; }
+  unsigned char* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
   int device() const { return device_; }
-  storage* data() const { return data_; }
-
-  /// Used by all_reduce: begin a call on n elements (resets on a shape change).
-  cudaError_t begin(size_t n, cudaStream_t stream) {
-    if (n == n_) return cudaSuccess;
-    const cudaError_t e = reset(stream);
-    n_ = n;
-    return e;
+  /// Whether a call on n elements fits.
+  bool fits(size_t n) const { return data_ != nullptr && bytes_for(n) <= bytes_; }
+  /// The largest n that fits.
+  size_t capacity() const {
+    if (!data_ || bytes_ < bytes_for(1)) return 0;
+    size_t lo = 1, hi = bytes_;  // bytes_for(n) >= n for every storage with state
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo + 1) / 2;
+      if (bytes_for(mid) <= bytes_) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
   }
 
  private:
-  storage* data_ = nullptr;
+  unsigned char* data_ = nullptr;
+  size_t bytes_ = 0;
+  int device_ = -1;
+};
+
+/// A chain's state in memory it owns, on the device current at construction. Not copyable;
+/// movable (a moved-from chain has no memory and capacity 0, so calls reject it).
+template <class Comp>
+class chain {
+  static_assert(Comp::keeps_state, "echo::chain: this compensator keeps no state (pass no chain)");
+
+ public:
+  explicit chain(size_t capacity) : capacity_(capacity) {
+    ECHO_CUDA_TRY(cudaGetDevice(&device_));
+    bytes_ = Comp::state_bytes(capacity);
+    ECHO_CUDA_TRY(cudaMalloc(&data_, bytes_));
+    ECHO_CUDA_TRY(cudaMemset(data_, 0, bytes_));
+  }
+  chain(chain&& o) noexcept { swap(o); }
+  chain& operator=(chain&& o) noexcept {
+    chain tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  chain(const chain&) = delete;
+  chain& operator=(const chain&) = delete;
+  ~chain() {
+    if (data_) {
+      detail::device_guard g(device_);
+      (void)cudaFree(data_);
+    }
+  }
+
+  /// End the chain (stream-ordered; captured into a graph, every replay ends it): the next call
+  /// starts from zero errors.
+  cudaError_t reset(cudaStream_t stream) {
+    pending_ = false;
+    if (!data_) return cudaSuccess;
+    detail::device_guard g(device_);
+    return cudaMemsetAsync(data_, 0, sizeof(comp::state_header::tag), stream);
+  }
+
+  size_t capacity() const { return capacity_; }
+  int device() const { return device_; }
+  chain_view<Comp> view() const { return {data_, data_ ? bytes_ : 0, device_}; }
+  /// Whether a state_update::deferred call on this chain awaits its update().
+  bool update_pending() const { return pending_; }
+  /// Used by echo::all_reduce to report misuse synchronously (the device guards it regardless).
+  void set_update_pending(bool p) { pending_ = p; }
+
+ private:
+  void swap(chain& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(capacity_, o.capacity_);
+    std::swap(device_, o.device_);
+    std::swap(pending_, o.pending_);
+  }
+
+  unsigned char* data_ = nullptr;
+  size_t bytes_ = 0;
   size_t capacity_ = 0;
-  size_t n_ = 0;
-  int device_ = 0;
+  int device_ = -1;
+  bool pending_ = false;
 };
 
 }  // namespace echo

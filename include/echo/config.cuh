@@ -6,11 +6,9 @@
 
 #if defined(__CUDACC__)
 #define ECHO_HOST_DEVICE __host__ __device__
-#define ECHO_DEVICE __device__
 #define ECHO_HAS_CUDA 1
 #else
 #define ECHO_HOST_DEVICE
-#define ECHO_DEVICE
 #define ECHO_HAS_CUDA 0
 #endif
 

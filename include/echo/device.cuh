@@ -5,4 +5,6 @@
 #include "chain.cuh"
 #include "communicator.cuh"
 #include "dispatch_table.cuh"
+#include "options.cuh"
 #include "transport/cuda_ipc.cuh"
+#include "transport/nccl.cuh"

@@ -1,4 +1,7 @@
-// Size-based dispatch: which path a call of a given size takes, per GPU model and P.
+// Size-based dispatch: below which size a call is not quantized, per GPU model, P, transport and
+// link. Below it a call takes the transport's best unquantized all-reduce: for cuda_ipc Echo's own
+// (the one-shot kernel without compensation up to 1 MiB, else quant::none through the pipeline),
+// for nccl ncclAllReduce itself (exact, not quantized; docs/transports.md).
 #pragma once
 
 #include "config.cuh"
@@ -7,28 +10,31 @@
 
 namespace echo {
 
-/// Below passthrough_below bytes a call takes Echo's 16-bit path: without compensation and up to
-/// 1 MiB the one-shot kernel (every rank sums all inputs itself: one flag round trip), else
-/// quant::none through the pipeline; at and above, the quantized path. NCCL is never needed as a fallback: on the machines
-/// measured, the 16-bit path beats NCCL's all-reduce at every small size (docs/benchmarks.md).
 struct dispatch_entry {
-  const char* gpu;  ///< substring of cudaDeviceProp::name
+  const char* gpu;        ///< substring of cudaDeviceProp::name
   int ranks;
-  size_t passthrough_below;
+  const char* transport;  ///< Transport::name
+  const char* link;       ///< "p2p": every peer in this node with peer access; "net": otherwise
+  size_t unquantized_below;
 };
 
-/// Measured with benchmark/echo_bench; docs/benchmarks.md has the run behind each row.
+/// Measured with benchmark/echo_bench (docs/benchmarks.md has the run behind each row).
 inline constexpr dispatch_entry dispatch_table[] = {
-    // 2 x H200 NV18, 2026-11-29: up to 1 MiB the one-shot 16-bit path (no compensation) or the
-    // 16-bit pipeline; from 2 MiB on the 4-bit path is faster than both.
-    {"H200", 2, size_t(2) << 20},
+    // 2 x H200 NV18: the 16-bit one-shot / pipeline beats the 4-bit path below 2 MiB.
+    {"H200", 2, "cuda_ipc", "p2p", size_t(2) << 20},
+    // transport::nccl over NVLink: NCCL's own all-reduce is faster than the staged 4-bit pipeline
+    // below 64 MiB; over sockets (the stand-in for a network) the 4-bit path wins from 1 MiB.
+    {"H200", 2, "nccl", "p2p", size_t(64) << 20},
+    {"H200", 2, "nccl", "net", size_t(1) << 20},
 };
 
-/// The entry for this GPU and P; unknown models and P get 0: always quantized.
-inline dispatch_entry lookup_dispatch(const char* gpu_name, int ranks) {
+/// The entry for this GPU, P, transport and link; unknown ones get 0: always quantized.
+inline dispatch_entry lookup_dispatch(const char* gpu_name, int ranks, const char* transport, const char* link) {
   for (const auto& e : dispatch_table)
-    if (e.ranks == ranks && std::strstr(gpu_name, e.gpu)) return e;
-  return {"default", ranks, 0};
+    if (e.ranks == ranks && std::strstr(gpu_name, e.gpu) && std::strcmp(e.transport, transport) == 0 &&
+        std::strcmp(e.link, link) == 0)
+      return e;
+  return {"default", ranks, transport, link, 0};
 }
 
 }  // namespace echo

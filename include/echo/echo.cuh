@@ -14,9 +14,10 @@
 #include "quant/symmetric.cuh"
 #include "quant/zero_aware.cuh"
 
+#include "comp/compensator.cuh"
 #include "comp/error_feedback.cuh"
 #include "comp/none.cuh"
-#include "comp/two_timescale.cuh"
+#include "comp/state_storage.cuh"
 
 #include "reference/all_reduce.cuh"
 #include "reference/chain_state.cuh"

@@ -11,11 +11,12 @@ namespace echo {
 /// Codes returned by calls on the hot path (launches never throw).
 enum class status : int {
   success = 0,
-  invalid_argument = 1,   ///< null / misaligned pointer, n above the workspace, bad dtype
-  cuda_error = 2,         ///< a CUDA runtime call failed; see last_cuda_error()
-  timeout = 3,            ///< a peer did not arrive within the spin limit (sticky until reset)
-  poisoned = 4,           ///< an earlier call timed out; the object must be rebuilt
-  nccl_error = 5,
+  invalid_argument = 1,   ///< a bad argument or misuse, refused before any launch; last_error() names it
+  cuda_error = 2,         ///< a CUDA runtime call failed (cudaGetLastError() was cleared; no sticky error left)
+  timeout = 3,            ///< a peer did not arrive within the spin limit (reported by check(), sticky)
+  poisoned = 4,           ///< an earlier call timed out or mismatched; the object must be rebuilt
+  nccl_error = 5,         ///< an NCCL call failed (transport::nccl)
+  mismatch = 6,           ///< ranks made different calls (n, element type) (reported by check(), sticky)
 };
 
 inline const char* to_string(status s) {
@@ -24,8 +25,9 @@ inline const char* to_string(status s) {
     case status::invalid_argument: return "invalid argument";
     case status::cuda_error: return "CUDA error";
     case status::timeout: return "peer timeout (spin limit reached)";
-    case status::poisoned: return "communicator poisoned by an earlier timeout";
+    case status::poisoned: return "object poisoned by an earlier timeout or mismatch";
     case status::nccl_error: return "NCCL error";
+    case status::mismatch: return "ranks made different calls (n, element type or configuration)";
   }
   return "unknown status";
 }

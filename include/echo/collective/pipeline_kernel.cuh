@@ -1,297 +1,224 @@
-// The Echo pipeline as one persistent kernel per round: push (entry), reduce, gather.
+// The cuda_ipc pipeline: one persistent launch per call, for any n.
 //
-// Every warp is an independent agent working on warp tiles (32 lanes x V values). Warp w of
-// every rank takes work items w, w + warps, ... of each stage in turn:
-//   A. push:   for each peer j and tile t of j's segment: x' = x + c, quantize, store the packet
-//              into j's recv slot for this rank, publish recv_flag; (fused) store the send error.
-//   B. reduce: for each tile t of this rank's segment: wait for all P-1 recv flags, sum in rank
-//              order 0..P-1 in fp32 (own term exact), quantize the sum once, push the packet into
-//              every peer's gather slot, publish; write the own output and the own error.
-//   C. gather: for each peer j and tile t of j's segment: wait for j's gather flag, dequantize,
-//              write the output.
-// Warps, not blocks, synchronise: a warp's system-scope fence before its flag stalls only that
-// warp, so the latency of publishing over NVLink hides behind the other warps' work.
-// A warp only ever waits for work of peer warps that has no dependency of its own (A before B,
-// B before C in every warp), so a grid no larger than what is co-resident cannot deadlock.
-// Slot reuse across launches is safe without extra flags: a rank leaves a launch only after all
-// its gathers arrived, which every owner sends only after reading its recv slots.
+// A segment (the part of the message one rank owns) is cut into tiles of U warp sub-tiles; a
+// flag covers a tile. Warp w of the grid (W warps) handles tiles t = w, w + W, w + 2W, ... and
+// runs the three stages of different tiles in one loop, so that a warp's stages overlap with its
+// peers' and the link never waits for a whole stage to drain:
+//   iteration m:  A. push    tile t_m      to every peer (x' = x + c, quantize, store, publish)
+//                 B. reduce  tile t_(m-1)  of the own segment (wait for the P-1 receipts, sum in
+//                                          rank order, quantize once, push to every peer, publish)
+//                 C. gather  tile t_(m-2)  of every other segment (wait, dequantize, write out)
+// Data moves through rings of R tile slots per peer (tile t in slot t mod R), whose size the
+// workspace fixes; flags are indexed by tile in a fixed region (collective/workspace_layout.cuh),
+// so a flag never changes role. Flow control needs no extra flag: when the message has more tiles
+// than the ring, R is a multiple of W and at least 3W, so tile t - R is the same warp's tile three
+// or more iterations back, and that warp gathered it (C of iteration m-1 at the latest) before it
+// pushes tile t. Gathering t - R from owner j means j reduced t - R, i.e. read its recv slot, and
+// j reduces t only after this rank pushed t, i.e. after this rank read its gather slot of t - R:
+// both rings are free when reused. Across launches the same holds: a rank starts a call only after
+// gathering all of the last one.
+// Progress: a warp waits only for work of peers' warps on an earlier stage of the same or an
+// earlier tile, and every warp of the grid is resident (the grid never exceeds what fits at
+// once), so by induction on (tile, stage) every wait ends; a peer that never arrives ends it
+// through the spin limit, a mismatched call through the signature carried in every flag.
 #pragma once
 
-#include "../comp/error_feedback.cuh"
 #include "../detail/partition.cuh"
 #include "../detail/sync.cuh"
 #include "../error.cuh"
-#include "kernel_params.cuh"
-#include "tile_codec.cuh"
+#include "tile_stages.cuh"
+#include "workspace_layout.cuh"
 
 namespace echo::collective {
 
 #if ECHO_HAS_CUDA
 
-/// Lanes that share one tile (and one flag): a warp.
-constexpr int tile_threads = 32;
+/// Plain-data arguments of one launch of the pipeline.
+template <class T>
+struct pipeline_params {
+  const T* in;
+  T* out;
+  unsigned char* state;      ///< the chain's state memory (header first), or null
+  bool store_send_errors;    ///< false (deferred): the send errors are left to update_kernel
+  size_t n;
+  size_t granule;            ///< partition granule (quantization group; 256 for quant::none)
+  int rank;
+  int ranks;
+  uint32_t sig;              ///< call signature carried in every flag
+  int subtiles;              ///< U: warp sub-tiles a tile (and a flag) covers
+  size_t ring;               ///< R: tile slots of a peer's ring
+  workspace_layout layout;
+  unsigned char* local;        ///< this rank's workspace
+  unsigned char* const* peer;  ///< device array: every rank's workspace, as this device maps it
+  uint64_t spin_limit_ns;
+  int* status;                 ///< host-mapped; a launch that gives up writes its echo::status there
+};
 
 namespace detail {
 
-/// [begin, begin + len) of segment j handled in this round.
-template <class T, class S>
-__device__ __forceinline__ void round_range(const kernel_params<T, S>& p, const echo::detail::partition& part, int j,
-                                            size_t& begin, size_t& len) {
-  const size_t sb = part.begin(j), se = part.end(j), b = sb + p.round_offset;
-  begin = b < se ? b : se;
-  len = b < se ? (se - b < p.round_len ? se - b : p.round_len) : 0;
-}
-
-__device__ __forceinline__ int valid_count(size_t first, size_t end, int V) {
-  return first >= end ? 0 : (end - first < static_cast<size_t>(V) ? static_cast<int>(end - first) : V);
-}
-
-__device__ __noinline__ void give_up(uint32_t* sync, int* host_status) {
-  atomicExch(sync + 2, 1u);  // stop this rank's other warps
-  *reinterpret_cast<volatile int*>(host_status) = static_cast<int>(status::timeout);
+/// Stop this rank's launch and tell the host (and, for a mismatch or a timeout, the peers: they
+/// would otherwise wait for their own spin limits). The first reason recorded wins.
+inline __device__ void give_up(echo::detail::wait_result why, uint32_t* sync, unsigned char* const* peer, int ranks,
+                               int me, int* host_status) {
+  using echo::detail::sync_words;
+  using echo::detail::wait_result;
+  uint32_t code = why == wait_result::mismatch ? static_cast<uint32_t>(status::mismatch)
+                                               : static_cast<uint32_t>(status::timeout);
+  if (why == wait_result::abort) {
+    code = echo::detail::load_relaxed_sys(sync + sync_words::abort);
+  } else {
+    const uint32_t prev = atomicCAS_system(sync + sync_words::abort, 0u, code);
+    if (prev != 0) {
+      code = prev;
+    } else {
+      for (int j = 0; j < ranks; ++j)
+        if (j != me) atomicCAS_system(reinterpret_cast<uint32_t*>(peer[j]) + sync_words::abort, 0u, code);
+    }
+  }
+  *reinterpret_cast<volatile int*>(host_status) = static_cast<int>(code);
   __threadfence_system();
 }
 
-/// Lane 0 waits for a flag; the warp learns the outcome. The __syncwarp() after it extends lane
-/// 0's acquire to the whole warp before any lane reads the data.
-__device__ __forceinline__ bool warp_wait(const uint32_t* flag, uint32_t want, const uint32_t* abort, uint64_t limit_ns) {
-  int ok = 1;
-  if ((threadIdx.x & 31) == 0) ok = echo::detail::wait_flag(flag, want, abort, limit_ns) ? 1 : 0;
-  ok = __shfl_sync(0xffffffffu, ok, 0);
+/// Lane 0 waits; the warp learns the outcome. The __syncwarp() after it extends lane 0's acquire
+/// to the warp before any lane reads the data.
+__device__ __forceinline__ echo::detail::wait_result warp_wait(const unsigned char* flag, uint32_t epoch, uint32_t sig,
+                                                               const uint32_t* abort, uint64_t limit_ns, int lane) {
+  int r = 0;
+  if (lane == 0)
+    r = static_cast<int>(echo::detail::wait_flag(reinterpret_cast<const uint64_t*>(flag), epoch, sig, abort, limit_ns));
+  r = __shfl_sync(0xffffffffu, r, 0);
   __syncwarp();
-  return ok != 0;
+  return static_cast<echo::detail::wait_result>(r);
 }
 
-/// f(operands, first, valid, u) for the `subs` sub-tiles of a flag tile starting at `first`;
-/// sub-tile u + 1's loads are issued before f runs on sub-tile u.
-template <class Stages, class T, class S, class F>
-__device__ __forceinline__ void over_subtiles(const T* in, const S* state, size_t first, size_t end, int subs,
-                                              size_t sub_elems, F&& f) {
-  int valid = valid_count(first, end, Stages::V);
-  auto next = Stages::fetch(in, state, first, valid);
-  for (int u = 0; u < subs; ++u) {
-    const auto cur = next;
-    const size_t f_first = first;
-    const int f_valid = valid;
-    first += sub_elems;
-    valid = valid_count(first, end, Stages::V);
-    if (u + 1 < subs) next = Stages::fetch(in, state, first, valid);
-    f(cur, f_first, f_valid, u);
+/// Block-level prologue / epilogue shared by the cuda_ipc kernels: read the epoch (and whether
+/// the chain continues); at the end the last block advances the epoch and writes the chain tag.
+struct launch_frame {
+  uint32_t epoch;
+  bool active;    ///< the call continues its chain
+  bool poisoned;  ///< an earlier launch gave up: do nothing
+};
+
+inline __device__ launch_frame begin_launch(uint32_t* sync, const unsigned char* state, size_t n) {
+  __shared__ launch_frame f;
+  if (threadIdx.x == 0) {
+    f.epoch = *reinterpret_cast<volatile uint32_t*>(sync + echo::detail::sync_words::epoch) + 1;
+    f.poisoned = echo::detail::load_relaxed_sys(sync + echo::detail::sync_words::abort) != 0;
+    f.active = state && comp::state_header::continues(
+                            reinterpret_cast<const volatile comp::state_header*>(state)->tag, n);
+  }
+  __syncthreads();
+  return f;
+}
+
+/// tag: what the chain's header says after this call (ignored without state); a launch that gave
+/// up (on any rank's warp) leaves a fresh chain instead, its state being partial.
+inline __device__ void end_launch(uint32_t* sync, uint32_t epoch, unsigned char* state, uint64_t tag) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(sync + echo::detail::sync_words::done, 1u) == gridDim.x - 1) {
+      sync[echo::detail::sync_words::done] = 0;
+      const bool failed = echo::detail::load_relaxed_sys(sync + echo::detail::sync_words::abort) != 0;
+      if (state) reinterpret_cast<volatile comp::state_header*>(state)->tag = failed ? 0 : tag;
+      *reinterpret_cast<volatile uint32_t*>(sync + echo::detail::sync_words::epoch) = epoch;
+    }
   }
 }
 
 }  // namespace detail
 
-/// The three per-tile stages, shared by the fused kernel (cuda_ipc) and the staged kernels
-/// (nccl). `first` is the thread's first element, `valid` how many of its V are present.
-/// Threads is the number of lanes sharing a tile (its packet layout), tile_threads in Echo.
-template <class Q, class T, class S, bool Comp, int Threads>
-struct tile_stages {
-  using codec = tile_codec<Q, T>;
-  static constexpr int V = codec::V;
-  static constexpr size_t tile_elems = static_cast<size_t>(Threads) * V;
-
-  /// What the chain stores for an error: 0 for NaN / Inf (comp::error_feedback::keep says why).
-  __device__ __forceinline__ static float keep_error(float e) { return comp::error_feedback<>::keep(e); }
-
-  /// The loads of a thread's entry operands (x and the stored error c), issued ahead of use.
-  struct operands {
-    echo::detail::raw_run<T, V> x;
-    echo::detail::raw_run<S, V> c;
-  };
-  __device__ __forceinline__ static operands fetch(const T* in, const S* state, size_t first, int valid) {
-    operands o;
-    o.x = echo::detail::load_raw<T, V>(in + first, valid);
-    if constexpr (Comp) o.c = echo::detail::load_raw<S, V>(state + first, valid);
-    return o;
-  }
-
-  /// x' = x + c (the stored error of the chain).
-  __device__ __forceinline__ static void entry(const operands& o, float (&x)[V]) {
-    echo::detail::widen(o.x, x);
-    if constexpr (Comp) {
-      float c[V];
-      echo::detail::widen(o.c, c);
-#pragma unroll
-      for (int i = 0; i < V; ++i) x[i] = echo::detail::add_rn(x[i], c[i]);
-    }
-  }
-  __device__ __forceinline__ static void entry(const T* in, const S* state, size_t first, int valid, float (&x)[V]) {
-    entry(fetch(in, state, first, valid), x);
-  }
-
-  /// A: quantize x' into the packet at dst + offset; store the send error when asked.
-  __device__ __forceinline__ static void push(const operands& o, S* state, bool store_error, size_t first, int valid,
-                                              unsigned char* dst, size_t offset, int t) {
-    float x[V], dq[V];
-    entry(o, x);
-    codec::encode(x, valid, &dst, 1, -1, offset, Threads, t, dq);
-    if constexpr (Comp) {
-      if (store_error) {
-#pragma unroll
-        for (int i = 0; i < V; ++i) dq[i] = keep_error(echo::detail::sub_rn(x[i], dq[i]));
-        echo::detail::store_floats<S, V>(state + first, valid, dq);
-      }
-    }
-  }
-
-  /// B: S = sum over ranks 0..P-1 of (own x' | receipt from recv0 + i * recv_stride), one
-  /// quantization into the packets at bases[d] + offset (d != skip), own output and error.
-  __device__ __forceinline__ static void reduce(const operands& own, T* out, S* state, size_t first, int valid, int me,
-                                                int P, const unsigned char* recv0, size_t recv_stride,
-                                                unsigned char* const* bases, int nbases, int skip, size_t offset, int t) {
-    float acc[V];
-    for (int i = 0; i < P; ++i) {
-      float term[V];
-      if (i == me) entry(own, term);  // the owner's own term is never quantized
-      else codec::decode(recv0 + i * recv_stride, Threads, t, term);
-#pragma unroll
-      for (int v = 0; v < V; ++v) acc[v] = i == 0 ? term[v] : echo::detail::add_rn(acc[v], term[v]);
-    }
-    float dq[V];
-    codec::encode(acc, valid, bases, nbases, skip, offset, Threads, t, dq);
-    echo::detail::store_floats<T, V>(out + first, valid, dq);
-    if constexpr (Comp) {
-#pragma unroll
-      for (int v = 0; v < V; ++v)
-        dq[v] = keep_error(echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v]))));
-      echo::detail::store_floats<S, V>(state + first, valid, dq);
-    }
-  }
-
-  /// C: dequantize an owner's packet into the output.
-  __device__ __forceinline__ static void gather(const unsigned char* packet, T* out, size_t first, int valid, int t) {
-    float v[V];
-    codec::decode(packet, Threads, t, v);
-    echo::detail::store_floats<T, V>(out + first, valid, v);
-  }
-};
-
-template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
-__global__ void __launch_bounds__(Threads, MinBlocks) pipeline_kernel(const kernel_params<T, S> p) {
-  using stages = tile_stages<Q, T, S, Comp, tile_threads>;
-  constexpr int V = stages::V;
-  constexpr size_t sub_elems = stages::tile_elems;  // one warp's sub-tile
-  const int U = p.subtiles;                          // sub-tiles a flag covers
-  const size_t tile_elems = sub_elems * U;
-  constexpr int warps = Threads / 32;
-  __shared__ uint32_t s_epoch;
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
+    pipeline_kernel(const pipeline_params<typename Cfg::element> p) {
+  using T = typename Cfg::element;
+  using stages = tile_stages<Cfg>;
+  using echo::detail::wait_result;
+  constexpr int V = Cfg::V;
+  constexpr size_t sub_elems = Cfg::sub_elems, sub_bytes = Cfg::sub_bytes;
+  const int U = p.subtiles;
+  const size_t tile_elems = sub_elems * U, tile_bytes = sub_bytes * U;
   const int lane = threadIdx.x & 31;
-  const size_t warp = static_cast<size_t>(blockIdx.x) * warps + threadIdx.x / 32;
-  const size_t nwarps = static_cast<size_t>(gridDim.x) * warps;
-  uint32_t* const sync = p.sync();
-  if (threadIdx.x == 0) s_epoch = *reinterpret_cast<volatile uint32_t*>(sync) + 1;
-  __syncthreads();
-  const uint32_t epoch = s_epoch;
+  const size_t warp = static_cast<size_t>(blockIdx.x) * Cfg::warps + threadIdx.x / 32;
+  const size_t W = static_cast<size_t>(gridDim.x) * Cfg::warps;
+  uint32_t* const sync = reinterpret_cast<uint32_t*>(p.local);
+  const uint32_t* const abort = sync + echo::detail::sync_words::abort;
+  const auto frame = detail::begin_launch(sync, p.state, p.n);
+  if (frame.poisoned) return;
+  const uint32_t epoch = frame.epoch;
+  const uint64_t mine = echo::detail::flag_value(epoch, p.sig);
+  const state_ref st{p.state ? p.state + comp::state_header::bytes : nullptr, p.n, frame.active};
   const int P = p.ranks, me = p.rank;
   const workspace_layout& L = p.layout;
   const echo::detail::partition part{p.n, p.granule, P};
-  size_t b0, len0;
-  detail::round_range(p, part, 0, b0, len0);  // segment 0 is never shorter than the others
-  const size_t tmax = (len0 + tile_elems - 1) / tile_elems;
-  const size_t spread = static_cast<size_t>(P - 1) * tmax;
-  const size_t sub_bytes = L.tile_bytes / U;
-  bool fail = false;
+  const size_t tiles0 = (part.size(0) + tile_elems - 1) / tile_elems;  // segment 0 is the longest
+  wait_result why = wait_result::ok;
 
-  // A. push
-  for (size_t k = warp; k < spread; k += nwarps) {
-    const int j = (me + 1 + static_cast<int>(k % (P - 1))) % P;
-    const size_t tile = k / (P - 1);
-    size_t b, len;
-    detail::round_range(p, part, j, b, len);
-    if (tile * tile_elems >= len) continue;
-    const int subs = static_cast<int>(min(static_cast<size_t>(U), (len - tile * tile_elems + sub_elems - 1) / sub_elems));
-    detail::over_subtiles<stages>(p.in, p.state, b + tile * tile_elems + static_cast<size_t>(lane) * V, b + len, subs,
-                                  sub_elems, [&](const auto& ops, size_t first, int valid, int u) {
-                                    stages::push(ops, p.state, p.fuse_send_state, first, valid, p.peer[j],
-                                                 L.recv_slot(me, tile) + u * sub_bytes, lane);
-                                  });
-    __syncwarp();
-    if (lane == 0) echo::detail::store_release_sys(reinterpret_cast<uint32_t*>(p.peer[j] + L.recv_flag(me, tile)), epoch);
-  }
-
-  // B. reduce the own segment
-  {
-    size_t b, len;
-    detail::round_range(p, part, me, b, len);
-    const size_t tiles = (len + tile_elems - 1) / tile_elems;
-    for (size_t tile = warp; tile < tiles && !fail; tile += nwarps) {
-      for (int i = 0; i < P && !fail; ++i)
-        if (i != me)
-          fail = !detail::warp_wait(reinterpret_cast<const uint32_t*>(p.local + L.recv_flag(i, tile)), epoch, sync + 2,
-                                    p.spin_limit_ns);
-      if (fail) break;
-      const int subs = static_cast<int>(min(static_cast<size_t>(U), (len - tile * tile_elems + sub_elems - 1) / sub_elems));
-      detail::over_subtiles<stages>(p.in, p.state, b + tile * tile_elems + static_cast<size_t>(lane) * V, b + len, subs,
-                                    sub_elems, [&](const auto& ops, size_t first, int valid, int u) {
-                                      stages::reduce(ops, p.out, p.state, first, valid, me, P,
-                                                     p.local + L.recv_slot(0, tile) + u * sub_bytes, L.slot_bytes(),
-                                                     p.peer, P, me, L.gather_slot(me, tile) + u * sub_bytes, lane);
-                                    });
-      __syncwarp();
-      if (lane == 0)
-        for (int j = 0; j < P; ++j)
-          if (j != me)
-            echo::detail::store_release_sys(reinterpret_cast<uint32_t*>(p.peer[j] + L.gather_flag(me, tile)), epoch);
+  for (size_t t = warp;; t += W) {
+    // A. push tile t to every peer
+    if (t < tiles0) {
+      for (int d = 1; d < P; ++d) {
+        const int j = (me + d) % P;
+        const size_t b = part.begin(j), len = part.size(j);
+        if (t * tile_elems >= len) continue;
+        const int subs = static_cast<int>(min(static_cast<size_t>(U), (len - t * tile_elems + sub_elems - 1) / sub_elems));
+        unsigned char* const slot = p.peer[j] + L.recv_slot(me, t % p.ring, tile_bytes);
+        detail::over_subtiles<stages>(p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs,
+                                      sub_elems, [&](const auto& ops, size_t first, int valid, int u) {
+                                        const auto r = stages::push(ops, st, p.store_send_errors, first, valid);
+                                        Cfg::codec::store(slot + u * sub_bytes, r, lane, valid);
+                                      });
+        __syncwarp();
+        if (lane == 0) echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[j] + L.recv_flag(me, t)), mine);
+      }
+    }
+    // B. reduce tile t - W of the own segment
+    if (t >= W && t - W < tiles0) {
+      const size_t tile = t - W, b = part.begin(me), len = part.size(me);
+      if (tile * tile_elems < len) {
+        for (int i = 0; i < P && why == wait_result::ok; ++i)
+          if (i != me) why = detail::warp_wait(p.local + L.recv_flag(i, tile), epoch, p.sig, abort, p.spin_limit_ns, lane);
+        if (why != wait_result::ok) break;
+        const int subs = static_cast<int>(min(static_cast<size_t>(U), (len - tile * tile_elems + sub_elems - 1) / sub_elems));
+        const size_t slot = tile % p.ring;
+        detail::over_subtiles<stages>(
+            p.in, st, b + tile * tile_elems + static_cast<size_t>(lane) * V, b + len, subs, sub_elems,
+            [&](const auto& ops, size_t first, int valid, int u) {
+              const auto r = stages::reduce(ops, st, p.out, first, valid, me, P, lane, [&](int i) {
+                return static_cast<const unsigned char*>(p.local + L.recv_slot(i, slot, tile_bytes) + u * sub_bytes);
+              });
+              for (int d = 1; d < P; ++d)
+                Cfg::codec::store(p.peer[(me + d) % P] + L.gather_slot(me, slot, tile_bytes) + u * sub_bytes, r, lane, valid);
+            });
+        __syncwarp();
+        if (lane == 0)
+          for (int d = 1; d < P; ++d)
+            echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[(me + d) % P] + L.gather_flag(me, tile)), mine);
+      }
+    }
+    // C. gather tile t - 2W of every other segment
+    if (t >= 2 * W) {
+      const size_t tile = t - 2 * W;
+      if (tile >= tiles0) break;
+      for (int d = 1; d < P; ++d) {
+        const int j = (me + d) % P;
+        const size_t b = part.begin(j), len = part.size(j);
+        if (tile * tile_elems >= len) continue;
+        why = detail::warp_wait(p.local + L.gather_flag(j, tile), epoch, p.sig, abort, p.spin_limit_ns, lane);
+        if (why != wait_result::ok) break;
+        const unsigned char* const slot = p.local + L.gather_slot(j, tile % p.ring, tile_bytes);
+        for (int u = 0; u < U && tile * tile_elems + u * sub_elems < len; ++u) {
+          const size_t first = b + tile * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
+          stages::gather(slot + u * sub_bytes, p.out, first, detail::valid_count(first, b + len, V), lane);
+        }
+      }
+      if (why != wait_result::ok) break;
     }
   }
+  if (why != wait_result::ok && lane == 0) detail::give_up(why, sync, p.peer, P, me, p.status);
 
-  // C. gather the other segments
-  for (size_t k = warp; k < spread && !fail; k += nwarps) {
-    const int j = (me + 1 + static_cast<int>(k % (P - 1))) % P;
-    const size_t tile = k / (P - 1);
-    size_t b, len;
-    detail::round_range(p, part, j, b, len);
-    if (tile * tile_elems >= len) continue;
-    fail = !detail::warp_wait(reinterpret_cast<const uint32_t*>(p.local + L.gather_flag(j, tile)), epoch, sync + 2,
-                              p.spin_limit_ns);
-    if (fail) break;
-    for (int u = 0; u < U && tile * tile_elems + u * sub_elems < len; ++u) {
-      const size_t first = b + tile * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
-      stages::gather(p.local + L.gather_slot(j, tile) + u * sub_bytes, p.out, first, detail::valid_count(first, b + len, V),
-                     lane);
-    }
-  }
-  if (fail && lane == 0) detail::give_up(sync, p.status);
-
-  // The last block to finish advances the epoch for the next launch. Every block read the
-  // epoch before counting itself done, so none can see the new value in this launch.
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(sync + 1, 1u) == gridDim.x - 1) {
-      sync[1] = 0;
-      *reinterpret_cast<volatile uint32_t*>(sync) = epoch;
-    }
-  }
-}
-
-/// Deferred compensation: the send errors e = x' - D(Q(x')) of the segments this rank does not
-/// own, recomputed from the same input and state (quantization is deterministic, so the codes
-/// are the ones the pipeline sent). Needs the input unchanged since the call.
-template <class Q, class T, class S, int Threads, int MinBlocks>
-__global__ void __launch_bounds__(Threads, MinBlocks) send_error_kernel(const T* in, S* state, size_t n, size_t granule, int rank, int ranks) {
-  using stages = tile_stages<Q, T, S, true, tile_threads>;
-  constexpr int V = stages::V;
-  constexpr size_t tile_elems = stages::tile_elems;
-  const echo::detail::partition part{n, granule, ranks};
-  const int lane = threadIdx.x & 31;
-  const size_t warp = static_cast<size_t>(blockIdx.x) * (Threads / 32) + threadIdx.x / 32;
-  const size_t nwarps = static_cast<size_t>(gridDim.x) * (Threads / 32);
-  for (int j = 0; j < ranks; ++j) {
-    if (j == rank) continue;
-    const size_t b = part.begin(j), len = part.size(j), tiles = (len + tile_elems - 1) / tile_elems;
-    for (size_t tile = warp; tile < tiles; tile += nwarps) {
-      const size_t first = b + tile * tile_elems + static_cast<size_t>(lane) * V;
-      const int valid = detail::valid_count(first, b + len, V);
-      float x[V], dq[V];
-      stages::entry(in, state, first, valid, x);
-      stages::codec::encode(x, valid, nullptr, 0, -1, 0, tile_threads, lane, dq);
-#pragma unroll
-      for (int i = 0; i < V; ++i) dq[i] = stages::keep_error(echo::detail::sub_rn(x[i], dq[i]));
-      echo::detail::store_floats<S, V>(state + first, valid, dq);
-    }
-  }
+  detail::end_launch(sync, epoch, p.state,
+                     p.store_send_errors ? p.n : comp::state_header::after_deferred(p.n, frame.active));
 }
 
 #endif

@@ -3,90 +3,147 @@
 // the received packets and writes the one packet of the sum, gather dequantizes the owners'
 // packets. The per-tile arithmetic is tile_stages, the same as the fused kernel's, so the
 // results are bit-identical to it and to echo::reference.
+//
+// Every slot starts with a header carrying the call signature: a receiver that finds another
+// signature than its own (a peer called with another n, element type or configuration) reports
+// status::mismatch instead of reading the packets.
 #pragma once
 
-#include "pipeline_kernel.cuh"
+#include "../detail/partition.cuh"
+#include "../error.cuh"
+#include "tile_stages.cuh"
 
 namespace echo::collective {
 
 #if ECHO_HAS_CUDA
 
+/// The first bytes of every slot of the staged pipeline.
+struct slot_header {
+  uint32_t sig;
+  uint32_t chunk;
+  static constexpr size_t bytes = 256;  // keeps the packets 256-byte aligned
+};
+
 /// Where one chunk lives: [chunk_offset, chunk_offset + chunk_len) inside every segment, and the
-/// buffers that hold its packets: slot(base, r) = base + r * slot_bytes, tile t at + t * tile_bytes.
+/// buffers that hold its packets: slot(base, r) = base + r * slot_bytes; in a slot, the header,
+/// then sub-tile s at header + s * sub_bytes.
 struct chunk_params {
   size_t n;
   size_t granule;
   int rank;
   int ranks;
+  uint32_t sig;
+  uint32_t chunk;
   size_t chunk_offset;
   size_t chunk_len;
   size_t slot_bytes;
-  size_t tile_bytes;
   unsigned char* send;      ///< P slots: packets for peer j
   unsigned char* recv;      ///< P slots: packets from sender i
   unsigned char* reduced;   ///< 1 slot: the packet of this rank's sum
   unsigned char* gathered;  ///< P slots: owner j's reduced packet
+  unsigned char* state;     ///< the chain's state memory (header first; header.active set), or null
+  int* status;              ///< host-mapped: status::mismatch when a header disagrees
 };
 
 namespace detail {
 
-__device__ __forceinline__ void chunk_range(const chunk_params& c, const echo::detail::partition& part, int j,
-                                            size_t& begin, size_t& len) {
-  const size_t sb = part.begin(j), se = part.end(j), b = sb + c.chunk_offset;
-  begin = b < se ? b : se;
-  len = b < se ? (se - b < c.chunk_len ? se - b : c.chunk_len) : 0;
-}
-
-}  // namespace detail
-
-namespace detail {
-
-/// f(tile, first, valid) for every tile of segment j's share of the chunk that this warp owns.
-template <class Stages, int Threads, class F>
-__device__ __forceinline__ void warp_tiles(const chunk_params& c, int j, F&& f) {
+/// f(sub, first, valid) for every sub-tile of segment j's share of the chunk that this warp owns.
+template <class Cfg, class F>
+__device__ __forceinline__ void chunk_subtiles(const chunk_params& c, int j, F&& f) {
   const int lane = threadIdx.x & 31;
-  const size_t warp = static_cast<size_t>(blockIdx.x) * (Threads / 32) + threadIdx.x / 32;
-  const size_t nwarps = static_cast<size_t>(gridDim.x) * (Threads / 32);
-  size_t b, len;
-  chunk_range(c, echo::detail::partition{c.n, c.granule, c.ranks}, j, b, len);
-  const size_t tiles = (len + Stages::tile_elems - 1) / Stages::tile_elems;
-  for (size_t tile = warp; tile < tiles; tile += nwarps) {
-    const size_t first = b + tile * Stages::tile_elems + static_cast<size_t>(lane) * Stages::V;
-    f(tile, first, valid_count(first, b + len, Stages::V));
+  const size_t warp = static_cast<size_t>(blockIdx.x) * Cfg::warps + threadIdx.x / 32;
+  const size_t nwarps = static_cast<size_t>(gridDim.x) * Cfg::warps;
+  const echo::detail::partition part{c.n, c.granule, c.ranks};
+  const size_t sb = part.begin(j), se = part.end(j), b = sb + c.chunk_offset;
+  if (b >= se) return;
+  const size_t len = se - b < c.chunk_len ? se - b : c.chunk_len;
+  const size_t subs = (len + Cfg::sub_elems - 1) / Cfg::sub_elems;
+  for (size_t s = warp; s < subs; s += nwarps) {
+    const size_t first = b + s * Cfg::sub_elems + static_cast<size_t>(lane) * Cfg::V;
+    f(s, first, valid_count(first, b + len, Cfg::V));
   }
 }
 
+inline __device__ state_ref chunk_state(const chunk_params& c) {
+  if (!c.state) return {};
+  return {c.state + comp::state_header::bytes, c.n,
+          reinterpret_cast<const volatile comp::state_header*>(c.state)->active != 0};
+}
+
+/// Whether segment j has a share in this chunk (only then do its packets travel).
+inline __device__ bool has_share(const chunk_params& c, int j) {
+  const echo::detail::partition part{c.n, c.granule, c.ranks};
+  return part.begin(j) + c.chunk_offset < part.end(j);
+}
+
+/// Whether every slot of `base` that received packets in this chunk (slot r: from rank r, holding
+/// segment j = owned ? r : this rank's) carries this call's signature; a block that sees
+/// otherwise reports the mismatch.
+inline __device__ bool headers_agree(const chunk_params& c, const unsigned char* base, bool owned) {
+  __shared__ int ok;
+  if (threadIdx.x == 0) {
+    ok = 1;
+    for (int r = 0; r < c.ranks; ++r) {
+      if (r == c.rank || !has_share(c, owned ? r : c.rank)) continue;
+      const auto* h = reinterpret_cast<const volatile slot_header*>(base + r * c.slot_bytes);
+      if (h->sig != c.sig || h->chunk != c.chunk) ok = 0;
+    }
+    if (!ok) *reinterpret_cast<volatile int*>(c.status) = static_cast<int>(status::mismatch);
+  }
+  __syncthreads();
+  return ok != 0;
+}
+
+inline __device__ void write_header(const chunk_params& c, unsigned char* slot) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *reinterpret_cast<slot_header*>(slot) = {c.sig, c.chunk};
+}
+
 }  // namespace detail
 
-template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
-__global__ void __launch_bounds__(Threads, MinBlocks) push_kernel(const chunk_params c, const T* in, S* state, bool store_error) {
-  using stages = tile_stages<Q, T, S, Comp, tile_threads>;
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
+    push_kernel(const chunk_params c, const typename Cfg::element* in, bool store_send_errors) {
+  using stages = tile_stages<Cfg>;
+  const state_ref st = detail::chunk_state(c);
   for (int d = 1; d < c.ranks; ++d) {
     const int j = (c.rank + d) % c.ranks;
-    detail::warp_tiles<stages, Threads>(c, j, [&](size_t tile, size_t first, int valid) {
-      stages::push(stages::fetch(in, state, first, valid), state, store_error, first, valid, c.send + j * c.slot_bytes,
-                   tile * c.tile_bytes, threadIdx.x & 31);
+    unsigned char* const slot = c.send + j * c.slot_bytes;
+    detail::write_header(c, slot);
+    detail::chunk_subtiles<Cfg>(c, j, [&](size_t s, size_t first, int valid) {
+      const auto r = stages::push(stages::fetch(in, st, first, valid), st, store_send_errors, first, valid);
+      Cfg::codec::store(slot + slot_header::bytes + s * Cfg::sub_bytes, r, threadIdx.x & 31, valid);
     });
   }
 }
 
-template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
-__global__ void __launch_bounds__(Threads, MinBlocks) reduce_kernel(const chunk_params c, const T* in, T* out, S* state) {
-  using stages = tile_stages<Q, T, S, Comp, tile_threads>;
-  unsigned char* const reduced = c.reduced;
-  detail::warp_tiles<stages, Threads>(c, c.rank, [&](size_t tile, size_t first, int valid) {
-    stages::reduce(stages::fetch(in, state, first, valid), out, state, first, valid, c.rank, c.ranks,
-                   c.recv + tile * c.tile_bytes, c.slot_bytes, &reduced, 1, -1, tile * c.tile_bytes, threadIdx.x & 31);
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
+    reduce_kernel(const chunk_params c, const typename Cfg::element* in, typename Cfg::element* out) {
+  using stages = tile_stages<Cfg>;
+  if (!detail::headers_agree(c, c.recv, false)) return;  // slot i: sender i's share of my segment
+  const state_ref st = detail::chunk_state(c);
+  detail::write_header(c, c.reduced);
+  detail::chunk_subtiles<Cfg>(c, c.rank, [&](size_t s, size_t first, int valid) {
+    const int lane = threadIdx.x & 31;
+    const auto r = stages::reduce(stages::fetch(in, st, first, valid), st, out, first, valid, c.rank, c.ranks, lane,
+                                  [&](int i) {
+                                    return static_cast<const unsigned char*>(c.recv + i * c.slot_bytes + slot_header::bytes +
+                                                                             s * Cfg::sub_bytes);
+                                  });
+    Cfg::codec::store(c.reduced + slot_header::bytes + s * Cfg::sub_bytes, r, lane, valid);
   });
 }
 
-template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
-__global__ void __launch_bounds__(Threads, MinBlocks) gather_kernel(const chunk_params c, T* out) {
-  using stages = tile_stages<Q, T, S, Comp, tile_threads>;
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
+    gather_kernel(const chunk_params c, typename Cfg::element* out) {
+  using stages = tile_stages<Cfg>;
+  if (!detail::headers_agree(c, c.gathered, true)) return;  // slot j: owner j's segment
   for (int d = 1; d < c.ranks; ++d) {
     const int j = (c.rank + d) % c.ranks;
-    detail::warp_tiles<stages, Threads>(c, j, [&](size_t tile, size_t first, int valid) {
-      stages::gather(c.gathered + j * c.slot_bytes + tile * c.tile_bytes, out, first, valid, threadIdx.x & 31);
+    detail::chunk_subtiles<Cfg>(c, j, [&](size_t s, size_t first, int valid) {
+      stages::gather(c.gathered + j * c.slot_bytes + slot_header::bytes + s * Cfg::sub_bytes, out, first, valid,
+                     threadIdx.x & 31);
     });
   }
 }

@@ -1,6 +1,13 @@
-// tile_codec<Q, T>: how one thread of a block quantizes, packs, unpacks and dequantizes its
-// V consecutive values of a tile. A tile is THREADS * V values; its packet is quant::packet<Q>
-// of THREADS / LANES groups (raw T values for the passthrough quantizer).
+// tile_codec<Q, T>: how the lanes of a warp turn their values into a packet and back.
+//
+// A sub-tile is 32 lanes x V consecutive values; its packet is quant::packet<Q> of 32 / LANES
+// groups (raw T values for quant::none). Each lane quantizes its V values (quantize), writes its
+// share of the packet (store), and reads and dequantizes its share of a peer's packet (load).
+// The arithmetic is the policy's own (Q::fit / encode / decode), so the device stays bit-identical
+// to echo::reference; what this file adds is only who computes what:
+//   - a group's statistics come from NaN-propagating min / max (one operation a value each), and
+//     the group is non-finite when they are: the same verdict as the reference's per-value test;
+//   - the LANES lanes of a group each fit it (per lane, not per value: V values share the cost).
 #pragma once
 
 #include "../detail/vector_io.cuh"
@@ -12,90 +19,128 @@ namespace echo::collective {
 
 #if ECHO_HAS_CUDA
 
-template <class Q, class T, class = void>
+namespace detail {
+
+/// min / max that return NaN when either operand is NaN (the reference tracks finiteness per
+/// value instead; both declare a group with a NaN or Inf non-finite).
+__device__ __forceinline__ float fmin_nan(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return (a != a || b != b) ? __int_as_float(0x7fffffff) : fminf(a, b);
+#endif
+}
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return (a != a || b != b) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+#endif
+}
+
+}  // namespace detail
+
+template <class Q, class T, int LaneValues, class = void>
 struct tile_codec;
 
-/// Group quantizers: V values per thread whose codes are whole 32-bit words (16 bytes for
-/// b = 4 and 8), LANES = g / V consecutive lanes of a warp share a group.
-template <class Q, class T>
-struct tile_codec<Q, T, std::enable_if_t<!Q::passthrough>> {
+/// Group quantizers. V values a lane: LaneValues (16 or 32; at most 16 above 4 bits, so that a
+/// lane's codes are at most 16 bytes), raised to the fewest values whose codes fill whole 32-bit
+/// words (32 for 3 bits); LANES = g / V consecutive lanes share a group.
+template <class Q, class T, int LaneValues>
+struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
   static constexpr int bits = Q::bits;
-  static constexpr int unit = 32 / (bits & -bits);  // fewest values whose codes fill whole words
-  static constexpr int wide = (64 / bits) / unit * unit;  // 8 bytes of codes a lane
-  static constexpr int V = unit > (wide < Q::group ? wide : Q::group) ? unit : (wide < Q::group ? wide : Q::group);
+  static constexpr int unit = 32 / (bits & -bits);
+  static constexpr int wanted = bits <= 4 ? LaneValues : 16;
+  static constexpr int V = unit > wanted ? unit : wanted;
   static constexpr int LANES = Q::group / V;
   static constexpr int WORDS = V * bits / 32;
   static_assert(V * bits % 32 == 0 && Q::group % V == 0 && LANES <= 32 && (LANES & (LANES - 1)) == 0,
                 "echo::collective::tile_codec: thread layout");
   using pk = quant::packet<Q>;
 
-  __host__ __device__ static constexpr size_t tile_bytes(int threads) { return pk::bytes(threads / LANES); }
+  /// Bytes of the packet of a sub-tile of 32 lanes.
+  __host__ __device__ static constexpr size_t sub_tile_bytes() { return pk::bytes(32 / LANES); }
 
-  /// Quantize v (valid <= V present values) into the packets at bases[d] + offset for every
-  /// d < nbases other than `skip` (nbases 0: compute only); dq receives D(Q(v)).
-  /// Every thread of the block must call it (the group reduction uses warp shuffles).
-  __device__ __forceinline__ static void encode(const float (&v)[V], int valid, unsigned char* const* bases,
-                                                int nbases, int skip, size_t offset, int threads, int t,
-                                                float (&dq)[V]) {
-    quant::group_stats st = quant::group_stats::empty();
+  /// One lane's share of a packet.
+  struct packed {
+    uint32_t words[WORDS];
+    quant::wire_params w;
+  };
+
+  /// Quantize this lane's values (the first `valid` are present); dq receives D(Q(x)). Every lane
+  /// of the warp calls it (a group's statistics are reduced over its lanes with shuffles).
+  __device__ __forceinline__ static packed quantize(const float (&x)[V], int valid, float (&dq)[V]) {
+    float lo = INFINITY, hi = -INFINITY;
 #pragma unroll
     for (int i = 0; i < V; ++i)
-      if (i < valid) st.add(v[i]);
+      if (i < valid) lo = detail::fmin_nan(lo, x[i]), hi = detail::fmax_nan(hi, x[i]);
 #pragma unroll
     for (int off = 1; off < LANES; off <<= 1) {
-      st.lo = fminf(st.lo, __shfl_xor_sync(0xffffffffu, st.lo, off));
-      st.hi = fmaxf(st.hi, __shfl_xor_sync(0xffffffffu, st.hi, off));
-      st.finite = __shfl_xor_sync(0xffffffffu, static_cast<int>(st.finite), off) != 0 && st.finite;
+      lo = detail::fmin_nan(lo, __shfl_xor_sync(0xffffffffu, lo, off));
+      hi = detail::fmax_nan(hi, __shfl_xor_sync(0xffffffffu, hi, off));
     }
-    const quant::wire_params w = Q::fit(st);
-    const quant::group_params p = Q::unpack(w);
-    uint32_t words[WORDS] = {};
+    // A group with no value present (beyond n) is empty: finite, as in the reference.
+    const bool finite = (isfinite(lo) && isfinite(hi)) || (lo == INFINITY && hi == -INFINITY);
+    packed r;
+    r.w = Q::fit({lo, hi, finite});
+    const quant::group_params p = Q::unpack(r.w);
+#pragma unroll
+    for (int k = 0; k < WORDS; ++k) r.words[k] = 0;
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-      const uint32_t q = i < valid ? Q::encode(v[i], p) : 0u;
-      pk::put_code(words, i, q);
+      const uint32_t q = i < valid ? Q::encode(x[i], p) : 0u;
+      pk::put_code(r.words, i, q);
       dq[i] = Q::decode(q, p);
     }
-    if (valid > 0) {
-      const int g = t / LANES, lane = t % LANES;
-      for (int d = 0; d < nbases; ++d) {
-        if (d == skip) continue;
-        unsigned char* packet = bases[d] + offset;
-        detail::store_words<WORDS>(packet + pk::code_offset(g) + lane * WORDS * 4, words);
-        if (lane == 0) *reinterpret_cast<quant::wire_params*>(packet + pk::param_offset(threads / LANES, g)) = w;
-      }
-    }
+    return r;
   }
 
-  /// Dequantize this thread's values of a packet a peer wrote.
-  __device__ __forceinline__ static void decode(const unsigned char* packet, int threads, int t, float (&v)[V]) {
+  /// Write lane `t`'s share into the sub-tile packet at `packet` (a lane with no value present
+  /// writes nothing: its group is beyond the message).
+  __device__ __forceinline__ static void store(unsigned char* packet, const packed& r, int t, int valid) {
+    if (valid <= 0) return;
+    const int g = t / LANES, lane = t % LANES;
+    echo::detail::store_words<WORDS>(packet + pk::code_offset(g) + lane * WORDS * 4, r.words);
+    if (lane == 0) *reinterpret_cast<quant::wire_params*>(packet + pk::param_offset(32 / LANES, g)) = r.w;
+  }
+
+  /// Dequantize lane `t`'s share of a packet a peer wrote.
+  __device__ __forceinline__ static void load(const unsigned char* packet, int t, float (&v)[V]) {
     const int g = t / LANES, lane = t % LANES;
     uint32_t words[WORDS];
-    detail::load_words_cg<WORDS>(packet + pk::code_offset(g) + lane * WORDS * 4, words);
-    const uint32_t raw = __ldcg(reinterpret_cast<const unsigned int*>(packet + pk::param_offset(threads / LANES, g)));
+    echo::detail::load_words<WORDS, cub::LOAD_CG>(packet + pk::code_offset(g) + lane * WORDS * 4, words);
+    const uint32_t raw = cub::ThreadLoad<cub::LOAD_CG>(
+        reinterpret_cast<uint32_t*>(const_cast<unsigned char*>(packet) + pk::param_offset(32 / LANES, g)));
     const quant::group_params p = Q::unpack({static_cast<uint16_t>(raw & 0xFFFFu), static_cast<uint16_t>(raw >> 16)});
 #pragma unroll
     for (int i = 0; i < V; ++i) v[i] = Q::decode(pk::get_code(words, i), p);
   }
 };
 
-/// Passthrough: the packet holds the values rounded to T.
-template <class Q, class T>
-struct tile_codec<Q, T, std::enable_if_t<Q::passthrough>> {
-  static constexpr int V = 32 / sizeof(T);  // 32 bytes a lane: two 16-byte loads
-  __host__ __device__ static constexpr size_t tile_bytes(int threads) {
-    return static_cast<size_t>(threads) * V * sizeof(T);
-  }
-  __device__ __forceinline__ static void encode(const float (&v)[V], int valid, unsigned char* const* bases,
-                                                int nbases, int skip, size_t offset, int, int t, float (&dq)[V]) {
+/// quant::none: the packet holds the values rounded to T.
+template <class Q, class T, int LaneValues>
+struct tile_codec<Q, T, LaneValues, std::enable_if_t<!Q::quantizes>> {
+  static constexpr int V = 32 / sizeof(T);  // 32 bytes a lane: two 16-byte accesses
+  __host__ __device__ static constexpr size_t sub_tile_bytes() { return size_t(32) * V * sizeof(T); }
+
+  struct packed {
+    float v[V];
+  };
+  __device__ __forceinline__ static packed quantize(const float (&x)[V], int, float (&dq)[V]) {
+    packed r;
 #pragma unroll
-    for (int i = 0; i < V; ++i) dq[i] = element_traits<T>::to_float(element_traits<T>::from_float(v[i]));
-    if (valid > 0)
-      for (int d = 0; d < nbases; ++d)
-        if (d != skip) detail::store_floats<T, V>(reinterpret_cast<T*>(bases[d] + offset) + t * V, valid, dq);
+    for (int i = 0; i < V; ++i) r.v[i] = dq[i] = element_traits<T>::to_float(element_traits<T>::from_float(x[i]));
+    return r;
   }
-  __device__ __forceinline__ static void decode(const unsigned char* packet, int, int t, float (&v)[V]) {
-    detail::load_floats_cg<T, V>(reinterpret_cast<const T*>(packet) + t * V, V, v);
+  __device__ __forceinline__ static void store(unsigned char* packet, const packed& r, int t, int valid) {
+    if (valid > 0) echo::detail::store_floats<T, V>(reinterpret_cast<T*>(packet) + t * V, valid, r.v);
+  }
+  __device__ __forceinline__ static void load(const unsigned char* packet, int t, float (&v)[V]) {
+    echo::detail::load_floats<T, V, cub::LOAD_CG>(reinterpret_cast<const T*>(packet) + t * V, V, v);
   }
 };
 

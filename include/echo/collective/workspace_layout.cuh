@@ -1,42 +1,53 @@
-// The per-call layout of a rank's workspace. Every rank computes the same layout from the same
-// (workspace bytes, P, tile geometry), so a rank can address its peers' slots and flags.
+// The layout of a rank's cuda_ipc workspace. It is fixed at construction, from (P, max_elements,
+// the ring size) alone, identically on every rank, so that every address keeps one role for the
+// object's life: a flag word is only ever a flag word, a data slot only ever data.
+//
+// Why: when regions were placed per call (their offsets following the call's tile count), a flag
+// address of one call could hold packet bytes of an earlier call with another layout, and about
+// half of those bytes read as a reached epoch: the reader then consumed a slot nobody had written
+// (docs/fault-matrix.md, "stale flags"). With fixed regions a flag holds only flag values, whose
+// epochs never repeat (detail/sync.cuh), and data slots are reused only under the flow control of
+// the pipeline (collective/pipeline_kernel.cuh).
 #pragma once
 
 #include "../config.cuh"
+#include "../detail/sync.cuh"
 
 namespace echo::collective {
 
-///  [ sync: epoch, done, abort (256 B) ]
-///  [ recv flags:   P x tiles u32 ]   recv_flag(i, t): sender i has pushed tile t of my segment
-///  [ gather flags: P x tiles u32 ]   gather_flag(j, t): owner j has pushed reduced tile t
-///  [ recv slots:   P x tiles x tile_bytes ]
-///  [ gather slots: P x tiles x tile_bytes ]
+///  [ sync words (256 B)                          ]  detail::sync_words
+///  [ recv flags:   P x flag_tiles u64            ]  recv_flag(i, t): sender i pushed tile t of my segment
+///  [ gather flags: P x flag_tiles u64            ]  gather_flag(j, t): owner j pushed its reduced tile t
+///  [ one-shot:     2 halves x P x oneshot_bytes  ]  (its flags are recv_flag(i, block))
+///  [ recv ring:    P x ring_bytes                ]  tile t of sender i at slot t mod R
+///  [ gather ring:  P x ring_bytes                ]  tile t of owner j at slot t mod R
 struct workspace_layout {
-  static constexpr size_t sync_bytes = 256;
   int ranks = 0;
-  size_t tile_bytes = 0;
-  size_t tiles = 0;  // tiles of one segment per round
+  size_t flag_tiles = 0;    ///< most tiles a segment can have (at max_elements, the finest tiles)
+  size_t oneshot_bytes = 0; ///< largest one-shot message (0: no one-shot region)
+  size_t ring_bytes = 0;    ///< bytes of one peer's ring (recv and gather rings alike)
 
-  ECHO_HOST_DEVICE static constexpr size_t align(size_t b) { return (b + 255) & ~size_t(255); }
+  ECHO_HD static constexpr size_t align(size_t b) { return (b + 255) & ~size_t(255); }
 
-  /// The largest layout that fits `bytes` (tiles == 0 if not even one tile fits).
-  ECHO_HOST_DEVICE static workspace_layout fit(size_t bytes, int ranks, size_t tile_bytes) {
-    workspace_layout l{ranks, tile_bytes, 0};
-    const size_t overhead = sync_bytes + 3 * 256;  // alignment slack of the regions
-    if (bytes > overhead) l.tiles = (bytes - overhead) / (2 * static_cast<size_t>(ranks) * (tile_bytes + 4));
-    return l;
+  ECHO_HD size_t recv_flags() const { return echo::detail::sync_words::bytes; }
+  ECHO_HD size_t gather_flags() const { return recv_flags() + align(static_cast<size_t>(ranks) * flag_tiles * 8); }
+  ECHO_HD size_t oneshot() const { return gather_flags() + align(static_cast<size_t>(ranks) * flag_tiles * 8); }
+  ECHO_HD size_t recv_ring() const { return oneshot() + 2 * static_cast<size_t>(ranks) * align(oneshot_bytes); }
+  ECHO_HD size_t gather_ring() const { return recv_ring() + static_cast<size_t>(ranks) * align(ring_bytes); }
+  ECHO_HD size_t total() const { return gather_ring() + static_cast<size_t>(ranks) * align(ring_bytes); }
+
+  ECHO_HD size_t recv_flag(int sender, size_t tile) const { return recv_flags() + (sender * flag_tiles + tile) * 8; }
+  ECHO_HD size_t gather_flag(int owner, size_t tile) const { return gather_flags() + (owner * flag_tiles + tile) * 8; }
+  ECHO_HD size_t oneshot_slot(uint32_t epoch, int sender) const {
+    return oneshot() + ((epoch & 1u) * static_cast<size_t>(ranks) + sender) * align(oneshot_bytes);
   }
-  ECHO_HOST_DEVICE size_t slot_bytes() const { return tiles * tile_bytes; }
-  ECHO_HOST_DEVICE size_t recv_flags() const { return sync_bytes; }
-  ECHO_HOST_DEVICE size_t gather_flags() const { return recv_flags() + align(ranks * tiles * 4); }
-  ECHO_HOST_DEVICE size_t recv_slots() const { return gather_flags() + align(ranks * tiles * 4); }
-  ECHO_HOST_DEVICE size_t gather_slots() const { return recv_slots() + ranks * slot_bytes(); }
-  ECHO_HOST_DEVICE size_t total() const { return gather_slots() + ranks * slot_bytes(); }
-
-  ECHO_HOST_DEVICE size_t recv_flag(int sender, size_t tile) const { return recv_flags() + (sender * tiles + tile) * 4; }
-  ECHO_HOST_DEVICE size_t gather_flag(int owner, size_t tile) const { return gather_flags() + (owner * tiles + tile) * 4; }
-  ECHO_HOST_DEVICE size_t recv_slot(int sender, size_t tile) const { return recv_slots() + sender * slot_bytes() + tile * tile_bytes; }
-  ECHO_HOST_DEVICE size_t gather_slot(int owner, size_t tile) const { return gather_slots() + owner * slot_bytes() + tile * tile_bytes; }
+  /// Slot `slot` (of tile_bytes each) of sender i's ring / owner j's ring.
+  ECHO_HD size_t recv_slot(int sender, size_t slot, size_t tile_bytes) const {
+    return recv_ring() + sender * align(ring_bytes) + slot * tile_bytes;
+  }
+  ECHO_HD size_t gather_slot(int owner, size_t slot, size_t tile_bytes) const {
+    return gather_ring() + owner * align(ring_bytes) + slot * tile_bytes;
+  }
 };
 
 }  // namespace echo::collective

@@ -3,28 +3,33 @@
 #pragma once
 
 #include "../detail/fp_ops.cuh"
-#include "../dtype.cuh"
+#include "compensator.cuh"
+#include "state_storage.cuh"
 
 #include <type_traits>
 
 namespace echo::comp {
 
-/// Per element of its input, a rank owns exactly one error:
+/// The compensator contract is in comp/compensator.cuh. Per element of its input, a rank owns
+/// exactly one error:
 ///  - for a segment it sends: e = x' - D(Q(x'));
 ///  - for its own segment:    e = S - out, the error of quantizing the sum (and of rounding it to
 ///                            the output type).
-/// Summed over ranks that is exactly what the call lost, and the next call adds it back.
-/// Storage is float (exact) or bfloat16_t / half_t (half the state traffic; the stored error is
-/// rounded to nearest even).
-template <class Storage = float>
+/// Storage: int8_state (default: 1 + 1/16 bytes a value, a fraction of a percent of the error
+/// lost per call), int4_state (half that, more lost), or the error rounded to bfloat16_t / half_t
+/// (2 bytes) or kept exactly as float (4 bytes). docs/depth-experiment.md measures the choices.
+template <class Storage = int8_state>
 struct error_feedback {
   static_assert(std::is_same<Storage, float>::value || std::is_same<Storage, bfloat16_t>::value ||
-                    std::is_same<Storage, half_t>::value,
-                "echo::comp::error_feedback: Storage must be float, echo::bfloat16_t or echo::half_t");
+                    std::is_same<Storage, half_t>::value || std::is_same<Storage, int8_state>::value ||
+                    std::is_same<Storage, int4_state>::value,
+                "echo::comp::error_feedback: Storage must be float, echo::bfloat16_t, echo::half_t, "
+                "echo::comp::int8_state or echo::comp::int4_state");
   static constexpr const char* name = "error_feedback";
-  static constexpr bool enabled = true;
-  static constexpr bool slow = false;
+  static constexpr bool keeps_state = true;
   using storage = Storage;
+
+  static size_t state_bytes(size_t n) { return state_header::bytes + state_storage<Storage>::bytes(n); }
 
   /// What is stored for an error e: e itself, or 0 where e is NaN or Inf (a group that held a
   /// NaN or Inf, or a sum that overflowed). The bad call's output already shows it; storing it

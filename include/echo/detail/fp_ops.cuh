@@ -1,9 +1,10 @@
 // IEEE fp32 operations with a fixed rounding (nearest even), the same on host and device.
 //
 // On the device the _rn intrinsics stop nvcc from contracting a*b+c into an FMA, which would
-// change the bits relative to the host. The host uses plain operators; where Echo multiplies
-// and then adds, the product is exact (a small integer code times an fp16 scale fits in 24
-// bits), so a host compiler that contracts cannot change the result either.
+// change the bits relative to the host; where Echo wants a fused multiply-add it says so
+// (fma_rn, exact on both sides). The host uses plain operators; where Echo multiplies and then
+// adds, the product is exact (a small integer code times an fp16 scale fits in 24 bits), so a
+// host compiler that contracts cannot change the result either.
 #pragma once
 
 #include "../config.cuh"
@@ -53,6 +54,15 @@ ECHO_HD float rcp_rn(float a) {
 #endif
 }
 
+/// a * b + c with one rounding (IEEE fused multiply-add; the host's std::fma is exact too).
+ECHO_HD float fma_rn(float a, float b, float c) {
+#if ECHO_DEVICE_COMPILE
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
 /// Round to the nearest integer, ties to even (the default IEEE mode on both sides).
 ECHO_HD float rint_even(float a) {
 #if ECHO_DEVICE_COMPILE
@@ -78,34 +88,36 @@ ECHO_HD float fmax2(float a, float b) {
 #endif
 }
 
-/// rint(t) as an integer, saturating at +-2^22 (the codes are clamped far inside that anyway).
-/// Adding 1.5 * 2^23 rounds to an integer in the current (nearest-even) mode and leaves it in the
-/// low mantissa bits: exact, full-rate on the device where a float-to-int conversion is not.
-ECHO_HD int32_t round_to_int(float t) {
-  t = fmin2(fmax2(t, -4194304.0f), 4194304.0f);
-  uint32_t u;
+/// 1.5 * 2^23: adding it to |t| < 2^22 rounds t to an integer (nearest even) and leaves that
+/// integer in the low mantissa bits. Quantizers add it inside one fma, so a code costs an fma, a
+/// clamp and a bit extract, with the product never rounded on its own.
+constexpr float code_magic = 12582912.0f;
+constexpr uint32_t code_magic_bits = 0x4B400000u;
+
+/// The code held by t = code_magic + (an integer), clamped to [0, max_code] in the float domain
+/// first (so any t, however far out, lands on an end code).
+ECHO_HD uint32_t code_of(float t, uint32_t max_code) {
+  t = fmin2(fmax2(t, code_magic), code_magic + static_cast<float>(max_code));
 #if ECHO_DEVICE_COMPILE
-  u = __float_as_uint(add_rn(t, 12582912.0f));
+  return __float_as_uint(t) - code_magic_bits;
 #else
-  const float f = add_rn(t, 12582912.0f);
-  std::memcpy(&u, &f, sizeof u);
+  uint32_t u;
+  std::memcpy(&u, &t, sizeof u);
+  return u - code_magic_bits;
 #endif
-  return static_cast<int32_t>(u - 0x4B400000u);
 }
 
-/// float(d), exactly, for |d| < 2^22 (the reverse trick).
-ECHO_HD float small_int_to_float(int32_t d) {
-  const uint32_t u = 0x4B400000u + static_cast<uint32_t>(d);
+/// code_magic + q as a float, exactly (q < 2^22): the inverse of code_of, one integer op.
+ECHO_HD float code_as_magic(uint32_t q) {
 #if ECHO_DEVICE_COMPILE
-  return sub_rn(__uint_as_float(u), 12582912.0f);
+  return __uint_as_float(code_magic_bits + q);
 #else
+  const uint32_t u = code_magic_bits + q;
   float f;
   std::memcpy(&f, &u, sizeof f);
-  return sub_rn(f, 12582912.0f);
+  return f;
 #endif
 }
-
-ECHO_HD int32_t clamp_int(int32_t v, int32_t hi) { return v < 0 ? 0 : (v > hi ? hi : v); }
 
 ECHO_HD float clamp_code(float v, float max_code) { return fmin2(fmax2(v, 0.0f), max_code); }
 

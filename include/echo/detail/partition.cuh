@@ -7,7 +7,7 @@
 namespace echo::detail {
 
 /// Segments are whole granules (a granule is one quantization group, or 256 elements for the
-/// passthrough path) dealt out as evenly as possible: the first (granules % P) segments get one
+/// unquantized path, quant::none) dealt out as evenly as possible: the first (granules % P) segments get one
 /// extra. Only the last granule of the message may be short.
 struct partition {
   size_t n;
@@ -29,7 +29,7 @@ struct partition {
 
 template <class Q>
 constexpr size_t granule_of() {
-  if constexpr (Q::passthrough) return 256;
+  if constexpr (!Q::quantizes) return 256;
   else return static_cast<size_t>(Q::group);
 }
 

@@ -1,34 +1,20 @@
 // Per-thread vectorised loads and stores of V consecutive elements, widened to / rounded from fp32.
+// Full runs use 16-byte accesses (the caller guarantees 16-byte alignment of full runs); memory a
+// peer wrote during the current launch is read with ld.global.cg (cub::LOAD_CG: L2, never a
+// stale L1 line).
 #pragma once
 
 #include "../dtype.cuh"
 
 #include <type_traits>
 
+#if ECHO_HAS_CUDA
+#include <cub/thread/thread_load.cuh>
+#endif
+
 namespace echo::detail {
 
 #if ECHO_HAS_CUDA
-
-/// Loads `valid` (<= V) elements; a full run of V uses 16-byte loads (the caller guarantees
-/// 16-byte alignment of full runs). Missing elements read as 0.
-template <class T, int V>
-__device__ __forceinline__ void load_floats(const T* p, int valid, float (&v)[V]) {
-  static_assert((V * sizeof(T)) % 16 == 0, "a full run must be whole 16-byte vectors");
-  constexpr int per = 16 / sizeof(T);
-  if (valid == V) {
-    const uint4* q = reinterpret_cast<const uint4*>(p);
-#pragma unroll
-    for (int i = 0; i < V / per; ++i) {
-      const uint4 w = q[i];
-      const T* e = reinterpret_cast<const T*>(&w);
-#pragma unroll
-      for (int j = 0; j < per; ++j) v[i * per + j] = element_traits<T>::to_float(e[j]);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = i < valid ? element_traits<T>::to_float(p[i]) : 0.0f;
-  }
-}
 
 /// V consecutive elements as loaded, not yet widened: lets a warp issue the loads of its next
 /// sub-tile before it computes the current one.
@@ -38,17 +24,17 @@ struct raw_run {
   uint4 w[V * sizeof(T) / 16];
 };
 
-template <class T, int V>
+/// Loads `valid` (<= V) elements; missing ones read as 0.
+template <class T, int V, cub::CacheLoadModifier M = cub::LOAD_DEFAULT>
 __device__ __forceinline__ raw_run<T, V> load_raw(const T* p, int valid) {
   raw_run<T, V> r;
   if (valid == V) {
-    const uint4* q = reinterpret_cast<const uint4*>(p);
 #pragma unroll
-    for (int i = 0; i < V * int(sizeof(T)) / 16; ++i) r.w[i] = q[i];
+    for (int i = 0; i < V * int(sizeof(T)) / 16; ++i) r.w[i] = cub::ThreadLoad<M>(reinterpret_cast<const uint4*>(p) + i);
   } else {
     T* e = reinterpret_cast<T*>(r.w);
 #pragma unroll
-    for (int i = 0; i < V; ++i) e[i] = i < valid ? p[i] : T{};
+    for (int i = 0; i < V; ++i) e[i] = i < valid ? cub::ThreadLoad<M>(const_cast<T*>(p) + i) : T{};
   }
   return r;
 }
@@ -60,42 +46,16 @@ __device__ __forceinline__ void widen(const raw_run<T, V>& r, float (&v)[V]) {
   for (int i = 0; i < V; ++i) v[i] = element_traits<T>::to_float(e[i]);
 }
 
-/// As load_floats, bypassing L1 (for data a peer wrote during this kernel).
-template <class T, int V>
-__device__ __forceinline__ void load_floats_cg(const T* p, int valid, float (&v)[V]) {
-  constexpr int per = 16 / sizeof(T);
-  if (valid == V) {
-    const uint4* q = reinterpret_cast<const uint4*>(p);
-#pragma unroll
-    for (int i = 0; i < V / per; ++i) {
-      const uint4 w = __ldcg(q + i);
-      const T* e = reinterpret_cast<const T*>(&w);
-#pragma unroll
-      for (int j = 0; j < per; ++j) v[i * per + j] = element_traits<T>::to_float(e[j]);
-    }
-  } else {
-    const unsigned short* s = reinterpret_cast<const unsigned short*>(p);
-    const float* f = reinterpret_cast<const float*>(p);
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      if (i >= valid) {
-        v[i] = 0.0f;
-      } else if constexpr (sizeof(T) == 4) {
-        v[i] = __ldcg(f + i);
-      } else {
-        T e;
-        const unsigned short b = __ldcg(s + i);
-        memcpy(&e, &b, 2);
-        v[i] = element_traits<T>::to_float(e);
-      }
-    }
-  }
+template <class T, int V, cub::CacheLoadModifier M = cub::LOAD_DEFAULT>
+__device__ __forceinline__ void load_floats(const T* p, int valid, float (&v)[V]) {
+  widen(load_raw<T, V, M>(p, valid), v);
 }
 
 /// Rounds to T (nearest even) and stores `valid` elements; full runs use 16-byte stores.
 template <class T, int V>
 __device__ __forceinline__ void store_floats(T* p, int valid, const float (&v)[V]) {
   constexpr int per = 16 / sizeof(T);
+  static_assert(V % per == 0, "a run must be whole 16-byte vectors");
   if (valid == V) {
     uint4* q = reinterpret_cast<uint4*>(p);
 #pragma unroll
@@ -105,6 +65,10 @@ __device__ __forceinline__ void store_floats(T* p, int valid, const float (&v)[V
         __nv_bfloat162* e = reinterpret_cast<__nv_bfloat162*>(&w);
 #pragma unroll
         for (int j = 0; j < per / 2; ++j) e[j] = __floats2bfloat162_rn(v[i * per + 2 * j], v[i * per + 2 * j + 1]);
+      } else if constexpr (std::is_same<T, half_t>::value) {
+        __half2* e = reinterpret_cast<__half2*>(&w);
+#pragma unroll
+        for (int j = 0; j < per / 2; ++j) e[j] = __floats2half2_rn(v[i * per + 2 * j], v[i * per + 2 * j + 1]);
       } else {
         T* e = reinterpret_cast<T*>(&w);
 #pragma unroll
@@ -137,26 +101,24 @@ __device__ __forceinline__ void store_words(void* dst, const uint32_t (&w)[W]) {
   }
 }
 
-template <int W>
-__device__ __forceinline__ void load_words_cg(const void* src, uint32_t (&w)[W]) {
+/// Load W 32-bit words, widest first (the twin of store_words).
+template <int W, cub::CacheLoadModifier M = cub::LOAD_DEFAULT>
+__device__ __forceinline__ void load_words(const void* src, uint32_t (&w)[W]) {
   if constexpr (W % 4 == 0) {
-    const uint4* q = static_cast<const uint4*>(src);
 #pragma unroll
     for (int i = 0; i < W / 4; ++i) {
-      const uint4 v = __ldcg(q + i);
+      const uint4 v = cub::ThreadLoad<M>(static_cast<uint4*>(const_cast<void*>(src)) + i);
       w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
     }
   } else if constexpr (W % 2 == 0) {
-    const uint2* q = static_cast<const uint2*>(src);
 #pragma unroll
     for (int i = 0; i < W / 2; ++i) {
-      const uint2 v = __ldcg(q + i);
+      const uint2 v = cub::ThreadLoad<M>(static_cast<uint2*>(const_cast<void*>(src)) + i);
       w[2 * i] = v.x, w[2 * i + 1] = v.y;
     }
   } else {
-    const uint32_t* q = static_cast<const uint32_t*>(src);
 #pragma unroll
-    for (int i = 0; i < W; ++i) w[i] = __ldcg(q + i);
+    for (int i = 0; i < W; ++i) w[i] = cub::ThreadLoad<M>(static_cast<uint32_t*>(const_cast<void*>(src)) + i);
   }
 }
 

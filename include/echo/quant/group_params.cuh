@@ -6,6 +6,10 @@
 #include "../detail/float16.cuh"
 #include "../detail/fp_ops.cuh"
 
+#if ECHO_HAS_CUDA
+#include <cuda_fp16.h>
+#endif
+
 namespace echo::quant {
 
 /// Min, max and finiteness of the values present in a group (a tail group has fewer than g).
@@ -39,24 +43,42 @@ struct group_params {
   float scale;   ///< step of the grid (0 for a group that is all zero)
   float inv;     ///< 1 / scale rounded to nearest (0 when scale is 0)
   float offset;  ///< zero point (zero_aware), minimum (naive_zero_point) or code offset (symmetric)
-  int32_t zero;  ///< the integer code of 0.0 (zero_aware, symmetric); 0 for naive_zero_point
+  float bias;    ///< detail::code_magic + the integer code of 0.0 (zero_aware, symmetric); code_magic for naive
   bool finite;
 };
 
 namespace detail {
 
+/// fp16 bits of f rounded in the given direction (the device's conversion instruction, the
+/// host's bit-level twin: the same IEEE result).
+ECHO_HD uint16_t half_bits_up(float f) {
+#if ECHO_DEVICE_COMPILE
+  return __half_as_ushort(__float2half_ru(f));
+#else
+  return echo::detail::float_to_half_bits(f, echo::detail::round_mode::up);
+#endif
+}
+ECHO_HD uint16_t half_bits_down(float f) {
+#if ECHO_DEVICE_COMPILE
+  return __half_as_ushort(__float2half_rd(f));
+#else
+  return echo::detail::float_to_half_bits(f, echo::detail::round_mode::down);
+#endif
+}
+
 /// fp16 scale for a step s >= 0: rounded up so the grid covers the range, clamped to the
 /// largest finite fp16 value (values beyond (2^b - 1) * 65504 then clamp to the end codes).
 ECHO_HD uint16_t scale_bits(float s) {
   if (!(s > 0.0f)) return 0;
-  const uint16_t h = echo::detail::float_to_half_bits(s, echo::detail::round_mode::up);
+  const uint16_t h = half_bits_up(s);
   return h > echo::detail::half_max_finite ? echo::detail::half_max_finite : h;
 }
 
-ECHO_HD group_params widen(wire_params w, float offset, int32_t zero) {
+ECHO_HD group_params widen(wire_params w, float offset, float zero_code) {
   const float s = echo::detail::half_bits_to_float(w.p0);
   const bool finite = s == s;
-  return {s, (finite && s > 0.0f) ? echo::detail::rcp_rn(s) : 0.0f, offset, zero, finite};
+  return {s, (finite && s > 0.0f) ? echo::detail::rcp_rn(s) : 0.0f, offset,
+          echo::detail::add_rn(echo::detail::code_magic, zero_code), finite};
 }
 
 constexpr wire_params non_finite_params{echo::detail::half_nan, 0};
@@ -73,7 +95,7 @@ struct group_contract {
   static_assert(detail::supported_group(Group), "echo::quant: Group must be one of 32, 64, 128, 256");
   static constexpr int bits = Bits;
   static constexpr int group = Group;
-  static constexpr bool passthrough = false;
+  static constexpr bool quantizes = true;
   static constexpr uint32_t max_code = (1u << Bits) - 1u;
   /// Bytes of packed codes per group (g * b is a multiple of 32 for every supported pair).
   static constexpr size_t code_bytes = static_cast<size_t>(Group) * Bits / 8;

@@ -7,7 +7,8 @@
 namespace echo::quant {
 
 /// lo_h = fp16_down(min x) (clamped to the finite fp16 range), s = fp16_up((max x - lo_h) / (2^b - 1)),
-/// q = clamp(rint((x - lo_h) / s)), x^ = lo_h + q s. Rounding lo down and s up keeps the whole
+/// i = fp32(1 / s), q = clamp(rint((x - lo_h) * i)) with the product and the rounding to an integer
+/// fused (one rounding), x^ = lo_h + q s. Rounding lo down and s up keeps the whole
 /// group inside the grid. Wire: p0 = s, p1 = lo_h.
 template <int Bits, int Group>
 struct naive_zero_point : group_contract<Bits, Group> {
@@ -17,7 +18,7 @@ struct naive_zero_point : group_contract<Bits, Group> {
   ECHO_HD static wire_params fit(group_stats st) {
     using namespace echo::detail;
     if (!st.finite) return detail::non_finite_params;
-    uint16_t lo_bits = float_to_half_bits(st.lo, round_mode::down);
+    uint16_t lo_bits = detail::half_bits_down(st.lo);
     if ((lo_bits & 0x7FFFu) > half_max_finite) lo_bits = static_cast<uint16_t>((lo_bits & 0x8000u) | half_max_finite);
     const float lo = half_bits_to_float(lo_bits);
     const uint16_t s_bits = detail::scale_bits(div_rn(sub_rn(st.hi, lo), static_cast<float>(base::max_code)));
@@ -25,18 +26,18 @@ struct naive_zero_point : group_contract<Bits, Group> {
   }
 
   ECHO_HD static group_params unpack(wire_params w) {
-    return detail::widen(w, echo::detail::half_bits_to_float(w.p1), 0);
+    return detail::widen(w, echo::detail::half_bits_to_float(w.p1), 0.0f);
   }
 
   ECHO_HD static uint32_t encode(float x, const group_params& p) {
     using namespace echo::detail;
     if (!p.finite) return 0;
-    return static_cast<uint32_t>(clamp_int(round_to_int(mul_rn(sub_rn(x, p.offset), p.inv)), base::max_code));
+    return code_of(fma_rn(sub_rn(x, p.offset), p.inv, p.bias), base::max_code);
   }
 
   ECHO_HD static float decode(uint32_t q, const group_params& p) {
     using namespace echo::detail;
-    return add_rn(p.offset, mul_rn(small_int_to_float(static_cast<int32_t>(q)), p.scale));
+    return add_rn(p.offset, mul_rn(sub_rn(code_as_magic(q), p.bias), p.scale));
   }
 };
 

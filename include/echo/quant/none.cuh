@@ -8,7 +8,7 @@ namespace echo::quant {
 
 struct none {
   static constexpr const char* name = "none";
-  static constexpr bool passthrough = true;
+  static constexpr bool quantizes = false;
   static constexpr int bits = 16;  // for fp32 inputs the wire carries 32 bits
   static constexpr int group = 1;
 };

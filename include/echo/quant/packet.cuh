@@ -18,7 +18,7 @@ namespace echo::quant {
 
 template <class Q>
 struct packet {
-  static_assert(!Q::passthrough, "echo::quant::packet: the none quantizer has no packet layout");
+  static_assert(Q::quantizes, "echo::quant::packet: the none quantizer has no packet layout");
   static constexpr int bits = Q::bits;
   static constexpr int group = Q::group;
   static constexpr size_t code_bytes = Q::code_bytes;

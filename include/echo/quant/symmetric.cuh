@@ -5,8 +5,9 @@
 
 namespace echo::quant {
 
-/// s = fp16_up(max|x| / (2^(b-1) - 1)), q = clamp(rint(x / s) + 2^(b-1)), x^ = (q - 2^(b-1)) s.
-/// Zero decodes to zero; code 0 is unused. Wire: p0 = s, p1 = 0.
+/// s = fp16_up(max|x| / (2^(b-1) - 1)), i = fp32(1 / s), q = clamp(rint(x * i + 2^(b-1))) with
+/// x * i + 2^(b-1) fused (one rounding), x^ = (q - 2^(b-1)) s. Zero decodes to zero; code 0 is
+/// unused. Wire: p0 = s, p1 = 0.
 template <int Bits, int Group>
 struct symmetric : group_contract<Bits, Group> {
   using base = group_contract<Bits, Group>;
@@ -21,18 +22,18 @@ struct symmetric : group_contract<Bits, Group> {
   }
 
   ECHO_HD static group_params unpack(wire_params w) {
-    return detail::widen(w, code_offset, static_cast<int32_t>(1u << (Bits - 1)));
+    return detail::widen(w, code_offset, code_offset);
   }
 
   ECHO_HD static uint32_t encode(float x, const group_params& p) {
     using namespace echo::detail;
     if (!p.finite) return 0;
-    return static_cast<uint32_t>(clamp_int(round_to_int(mul_rn(x, p.inv)) + p.zero, base::max_code));
+    return code_of(fma_rn(x, p.inv, p.bias), base::max_code);
   }
 
   ECHO_HD static float decode(uint32_t q, const group_params& p) {
     using namespace echo::detail;
-    return mul_rn(small_int_to_float(static_cast<int32_t>(q) - p.zero), p.scale);
+    return mul_rn(sub_rn(code_as_magic(q), p.bias), p.scale);
   }
 };
 

@@ -5,9 +5,9 @@
 
 namespace echo::quant {
 
-/// lo = min(min x, 0), hi = max(max x, 0), s = fp16_up((hi - lo) / (2^b - 1)),
-/// z = clamp(rint(-lo / s)), q = clamp(rint(x / s) + z), x^ = (q - z) s. Zero decodes to zero.
-/// Wire: p0 = s, p1 = z (an integer, exact in fp16).
+/// lo = min(min x, 0), hi = max(max x, 0), s = fp16_up((hi - lo) / (2^b - 1)), i = fp32(1 / s),
+/// z = clamp(rint(-lo * i)), q = clamp(rint(x * i + z)) with x * i + z fused (one rounding),
+/// x^ = (q - z) s. Zero decodes to zero. Wire: p0 = s, p1 = z (an integer, exact in fp16).
 template <int Bits, int Group>
 struct zero_aware : group_contract<Bits, Group> {
   using base = group_contract<Bits, Group>;
@@ -18,25 +18,25 @@ struct zero_aware : group_contract<Bits, Group> {
     if (!st.finite) return detail::non_finite_params;
     const float lo = fmin2(st.lo, 0.0f), hi = fmax2(st.hi, 0.0f);
     const uint16_t s_bits = detail::scale_bits(div_rn(sub_rn(hi, lo), static_cast<float>(base::max_code)));
-    const group_params p = detail::widen({s_bits, 0}, 0.0f, 0);
+    const group_params p = detail::widen({s_bits, 0}, 0.0f, 0.0f);
     const float z = clamp_code(rint_even(mul_rn(-lo, p.inv)), static_cast<float>(base::max_code));
     return {s_bits, float_to_half_bits(z)};
   }
 
   ECHO_HD static group_params unpack(wire_params w) {
     const float z = echo::detail::half_bits_to_float(w.p1);
-    return detail::widen(w, z, echo::detail::round_to_int(z));
+    return detail::widen(w, z, z);
   }
 
   ECHO_HD static uint32_t encode(float x, const group_params& p) {
     using namespace echo::detail;
     if (!p.finite) return 0;
-    return static_cast<uint32_t>(clamp_int(round_to_int(mul_rn(x, p.inv)) + p.zero, base::max_code));
+    return code_of(fma_rn(x, p.inv, p.bias), base::max_code);
   }
 
   ECHO_HD static float decode(uint32_t q, const group_params& p) {
     using namespace echo::detail;
-    return mul_rn(small_int_to_float(static_cast<int32_t>(q) - p.zero), p.scale);
+    return mul_rn(sub_rn(code_as_magic(q), p.bias), p.scale);
   }
 };
 

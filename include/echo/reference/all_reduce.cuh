@@ -28,7 +28,7 @@ namespace echo::reference {
 template <class Quant, class T>
 std::vector<float> round_trip(const float* v, size_t len) {
   std::vector<float> r(len);
-  if constexpr (Quant::passthrough) {
+  if constexpr (!Quant::quantizes) {
     for (size_t k = 0; k < len; ++k) r[k] = element_traits<T>::to_float(element_traits<T>::from_float(v[k]));
   } else {
     using pk = quant::packet<Quant>;
@@ -65,33 +65,28 @@ class all_reduce {
                      " and " + std::to_string(out.size()));
     for (int r = 0; r < P; ++r)
       ECHO_REQUIRE(n == 0 || (in[r] && out[r]), call, "null buffer for rank " + std::to_string(r));
-    if (Comp::enabled) {
+    if (Comp::keeps_state) {
       ECHO_REQUIRE(ch != nullptr, call, std::string("compensator ") + Comp::name + " needs a chain_state");
       ECHO_REQUIRE(ch->ranks() == P, call, "chain_state has " + std::to_string(ch->ranks()) + " ranks, expected " + std::to_string(P));
-      if (Comp::slow && n) {
-        ECHO_REQUIRE(n % ch->channel_count(n) == 0, call, "n must be a multiple of the chain's channel count");
-      }
       ch->begin_call(n);  // last: a rejected call leaves the chain untouched
     }
     if (quantizations) quantizations->assign(n, 0);
 
     if (P == 1) {  // nothing to reduce: an exact copy, as NCCL gives
       if (n) std::memmove(out[0], in[0], n * sizeof(T));
-      if (Comp::enabled) ch->end_call();
       return;
     }
 
-    // Entry: x' = x + stored error (+ the site's slow estimate).
+    // Entry: x' = x + stored error.
     std::vector<std::vector<float>> xp(P, std::vector<float>(n));
     for (int r = 0; r < P; ++r)
       for (size_t k = 0; k < n; ++k) {
         float v = element_traits<T>::to_float(in[r][k]);
-        if constexpr (Comp::enabled) v = detail::add_rn(v, ch->error(r, k));
+        if constexpr (Comp::keeps_state) v = detail::add_rn(v, ch->error(r, k));
         xp[r][k] = v;
       }
-    if constexpr (Comp::slow) add_slow(xp, n, *ch);
 
-    std::vector<std::vector<float>> err(Comp::enabled ? P : 0, std::vector<float>(n));
+    std::vector<std::vector<float>> err(Comp::keeps_state ? P : 0, std::vector<float>(n));
     const detail::partition part{n, detail::granule_of<Quant>(), P};
     for (int j = 0; j < P; ++j) {
       const size_t b = part.begin(j), len = part.size(j);
@@ -101,7 +96,7 @@ class all_reduce {
       for (int i = 0; i < P; ++i) {
         if (i == j) continue;
         recv[i] = round_trip<Quant, T>(&xp[i][b], len);
-        if (Comp::enabled)
+        if (Comp::keeps_state)
           for (size_t k = 0; k < len; ++k) err[i][b + k] = detail::sub_rn(xp[i][b + k], recv[i][k]);
       }
       // 2. the owner sums in rank order; its own term is exact
@@ -113,22 +108,19 @@ class all_reduce {
       }
       // 3. one quantization of the sum, the same code for every rank
       const std::vector<float> g = round_trip<Quant, T>(S.data(), len);
-      const int depth = Quant::passthrough ? 0 : 2;  // a receipt (1) summed, then the sum (2)
+      const int depth = !Quant::quantizes ? 0 : 2;  // a receipt (1) summed, then the sum (2)
       for (size_t k = 0; k < len; ++k) {
         const T o = element_traits<T>::from_float(g[k]);
         for (int r = 0; r < P; ++r) out[r][b + k] = o;
-        if (Comp::enabled) err[j][b + k] = detail::sub_rn(S[k], element_traits<T>::to_float(o));
+        if (Comp::keeps_state) err[j][b + k] = detail::sub_rn(S[k], element_traits<T>::to_float(o));
         if (quantizations) (*quantizations)[b + k] = static_cast<uint8_t>(depth);
       }
     }
 
-    if constexpr (Comp::enabled) {
+    if constexpr (Comp::keeps_state) {
       for (auto& r : err)
         for (float& e : r) e = Comp::keep(e);
-      if constexpr (Comp::slow) update_slow(err, n, *ch);
-      for (int r = 0; r < P; ++r)
-        for (size_t k = 0; k < n; ++k) ch->set_error(r, k, err[r][k]);
-      ch->end_call();
+      for (int r = 0; r < P; ++r) ch->set_errors(r, err[r], n);
     }
   }
 
@@ -146,27 +138,6 @@ class all_reduce {
   }
 
  private:
-  // two_timescale: add this site's per-channel estimate to every row.
-  static void add_slow(std::vector<std::vector<float>>& xp, size_t n, chain& ch) {
-    const size_t C = ch.channel_count(n);
-    for (size_t r = 0; r < xp.size(); ++r) {
-      const std::vector<float>& s = ch.slow(static_cast<int>(r), n);
-      for (size_t k = 0; k < n; ++k) xp[r][k] = detail::add_rn(xp[r][k], s[k % C]);
-    }
-  }
-  // two_timescale: fast state keeps e - s; s moves toward the per-channel mean of e.
-  static void update_slow(std::vector<std::vector<float>>& err, size_t n, chain& ch) {
-    const size_t C = ch.channel_count(n), rows = n / C;
-    for (size_t r = 0; r < err.size(); ++r) {
-      std::vector<float>& s = ch.slow(static_cast<int>(r), n);
-      std::vector<double> mean(C, 0.0);
-      for (size_t k = 0; k < n; ++k) mean[k % C] += err[r][k];
-      for (size_t k = 0; k < n; ++k) err[r][k] -= s[k % C];
-      for (size_t c = 0; c < C; ++c)
-        s[c] = Comp::decay * s[c] + (1.0f - Comp::decay) * static_cast<float>(mean[c] / static_cast<double>(rows));
-    }
-  }
-
   int ranks_;
 };
 

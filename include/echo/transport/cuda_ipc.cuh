@@ -1,10 +1,30 @@
 // transport::cuda_ipc: single-node peer-to-peer over NVLink / PCIe through mapped memory.
+//
+// Device code pushes packets into peers' memory with plain 16-byte stores and publishes them with
+// system-scope release flags (collective/pipeline_kernel.cuh). One process may drive all GPUs
+// (peers mapped with cudaDeviceEnablePeerAccess) or one process per GPU (cudaIpc handles
+// exchanged through the communicator's all-gather). Several ranks may share a GPU (for testing:
+// P = 4 or 8 on 2 GPUs); the grid of each is then cut so that all of them stay resident at once.
 #pragma once
 
+#include "../collective/config.cuh"
+#include "../collective/oneshot_kernel.cuh"
+#include "../collective/pipeline_kernel.cuh"
 #include "../communicator.cuh"
 #include "../detail/cuda_check.cuh"
+#include "../detail/device_guard.cuh"
+#include "../detail/mapped_status.cuh"
+#include "../detail/signature.cuh"
+#include "../dispatch_table.cuh"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace echo::transport {
@@ -25,12 +45,20 @@ __global__ void probe_peers(unsigned char* const* peers, int rank, int size, uin
   *ok = good;
 }
 
+/// Peer access this process enabled, so that a second object does not ask again (the driver
+/// answers cudaErrorPeerAccessAlreadyEnabled, which compute-sanitizer lists as an API error).
+inline void enable_peer_access(int device, int peer) {
+  static std::mutex m;
+  static std::set<std::pair<int, int>> enabled;
+  std::lock_guard<std::mutex> lk(m);
+  if (!enabled.insert({device, peer}).second) return;
+  const cudaError_t st = cudaDeviceEnablePeerAccess(peer, 0);
+  if (st == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();  // enabled by someone else
+  else ECHO_CUDA_TRY(st);
+}
+
 }  // namespace detail
 
-/// Device code pushes into peers' memory with plain (16-byte) stores and publishes with
-/// system-scope release flags. One process may drive all GPUs (peers mapped with
-/// cudaDeviceEnablePeerAccess), or one process per GPU (cudaIpc handles exchanged through the
-/// communicator's all-gather).
 struct cuda_ipc {
   static constexpr const char* name = "cuda_ipc";
 
@@ -42,8 +70,8 @@ struct cuda_ipc {
 
     symmetric_buffer(const communicator& comm, size_t bytes) : rank_(comm.rank()), size_(comm.size()) {
       const char* call = "echo::transport::cuda_ipc::symmetric_buffer";
+      echo::detail::device_guard guard(comm.device());
       bytes_ = bytes + probe_bytes;
-      ECHO_CUDA_TRY(cudaSetDevice(comm.device()));
       ECHO_CUDA_TRY(cudaMalloc(&local_, bytes_));
       ECHO_CUDA_TRY(cudaMemset(local_, 0, bytes_));
       ECHO_CUDA_TRY(cudaDeviceSynchronize());
@@ -53,7 +81,10 @@ struct cuda_ipc {
         unsigned long long bytes;
         void* ptr;
         cudaIpcMemHandle_t handle;
-      } mine{static_cast<int>(getpid()), comm.device(), bytes_, local_, {}};
+        uint64_t host;     // which machine (hash of the host name)
+        char bus_id[32];   // which GPU of it (PCI bus id)
+      } mine{static_cast<int>(getpid()), comm.device(), bytes_, local_, {}, host_id(), {}};
+      ECHO_CUDA_TRY(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, comm.device()));
       const bool solo = comm.size() == 1;
       if (!solo) ECHO_CUDA_TRY(cudaIpcGetMemHandle(&mine.handle, local_));
       const std::vector<entry> all = comm.all_gather(mine);
@@ -61,18 +92,19 @@ struct cuda_ipc {
       opened_.assign(static_cast<size_t>(size_), false);
       for (int r = 0; r < size_; ++r) {
         const entry& e = all[static_cast<size_t>(r)];
-        ECHO_REQUIRE(e.bytes == bytes_, call, "ranks asked for different workspace sizes");
+        ECHO_REQUIRE(e.bytes == bytes_, call, "ranks asked for different workspace sizes (rank " + std::to_string(r) + ")");
+        ECHO_REQUIRE(e.host == mine.host, call, "rank " + std::to_string(r) + " is on another machine: cuda_ipc is single-node (use transport::nccl)");
+        int sharing = 0;  // ranks on rank r's GPU
+        for (const entry& o : all) sharing += std::strncmp(o.bus_id, e.bus_id, sizeof e.bus_id) == 0;
+        ranks_per_device_ = std::max(ranks_per_device_, sharing);
         if (r == rank_) {
           peers_[static_cast<size_t>(r)] = local_;
         } else if (e.pid == mine.pid) {  // same process: direct peer access
-          int can = 0;
-          ECHO_CUDA_TRY(cudaDeviceCanAccessPeer(&can, comm.device(), e.device));
-          ECHO_REQUIRE(can || e.device == comm.device(), call,
-                       "no peer access from device " + std::to_string(comm.device()) + " to device " + std::to_string(e.device));
           if (e.device != comm.device()) {
-            const cudaError_t st = cudaDeviceEnablePeerAccess(e.device, 0);
-            if (st == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
-            else ECHO_CUDA_TRY(st);
+            int can = 0;
+            ECHO_CUDA_TRY(cudaDeviceCanAccessPeer(&can, comm.device(), e.device));
+            ECHO_REQUIRE(can, call, "no peer access from device " + std::to_string(comm.device()) + " to device " + std::to_string(e.device));
+            detail::enable_peer_access(comm.device(), e.device);
           }
           peers_[static_cast<size_t>(r)] = static_cast<unsigned char*>(e.ptr);
         } else {
@@ -99,8 +131,18 @@ struct cuda_ipc {
     /// Rank r's buffer (past the probe), as this rank's device addresses it.
     unsigned char* peer_data(int r) const { return peers_[static_cast<size_t>(r)] + probe_bytes; }
     size_t bytes() const { return bytes_ - probe_bytes; }
+    /// The most ranks of the communicator on one GPU (the same value on every rank).
+    int ranks_per_device() const { return ranks_per_device_; }
 
    private:
+    static uint64_t host_id() {
+      char name[256] = {};
+      (void)gethostname(name, sizeof name - 1);
+      echo::detail::signature s;
+      s.add(static_cast<const char*>(name));
+      return s.wide();
+    }
+
     // Write through every mapping and read it back, on the device: trust no driver's word.
     void probe(const communicator& comm) {
       const char* call = "echo::transport::cuda_ipc::symmetric_buffer (peer probe)";
@@ -129,10 +171,190 @@ struct cuda_ipc {
     }
 
     int rank_, size_;
+    int ranks_per_device_ = 0;
     size_t bytes_ = 0;
     unsigned char* local_ = nullptr;
     std::vector<unsigned char*> peers_;
     std::vector<bool> opened_;
+  };
+
+  /// The engine of an echo::all_reduce over cuda_ipc: owns the symmetric workspace (its fixed
+  /// layout: collective/workspace_layout.cuh) and plans and launches the one persistent kernel a
+  /// call (or the one-shot kernel for small unquantized calls without compensation).
+  template <class Config>
+  class engine {
+    using Quant = typename Config::quant;
+    using Comp = typename Config::comp;
+    using Policy = typename Config::policy;
+
+   public:
+    static constexpr const char* transport_name = "cuda_ipc";
+    /// The largest one-shot message (objects without compensation).
+    static constexpr size_t oneshot_bytes = Comp::keeps_state ? 0 : size_t(1) << 20;
+    /// Values a flag covers at least when the message is large (bounds the flag region).
+    static constexpr size_t min_flag_elems = 2048;
+
+    /// Collective: every rank of comm builds one, with the same arguments.
+    engine(const communicator& comm, size_t max_elements, const all_reduce_options& opt)
+        : comm_(comm), opt_(opt) {
+      const char* call = "echo::all_reduce (cuda_ipc engine)";
+      echo::detail::device_guard guard(comm.device());
+      cudaDeviceProp prop{};
+      ECHO_CUDA_TRY(cudaGetDeviceProperties(&prop, comm.device()));
+      sms_ = prop.multiProcessorCount;
+      gpu_name_ = prop.name;
+      const int P = comm.size();
+      if (P == 1) return;
+      layout_.ranks = P;
+      const size_t max_seg = echo::detail::partition{max_elements, 32, P}.size(0);
+      layout_.flag_tiles = std::max<size_t>(64, (max_seg + min_flag_elems - 1) / min_flag_elems + 1);
+      layout_.oneshot_bytes = oneshot_bytes;
+      layout_.ring_bytes = std::max(min_ring_bytes, opt.workspace_bytes / (2 * static_cast<size_t>(P)) & ~size_t(255));
+      buffer_ = std::make_unique<symmetric_buffer>(comm, layout_.total());
+      std::vector<unsigned char*> peers(static_cast<size_t>(P));
+      for (int r = 0; r < P; ++r) peers[static_cast<size_t>(r)] = buffer_->peer_data(r);
+      ECHO_CUDA_TRY(cudaMalloc(&d_peers_, sizeof(void*) * peers.size()));
+      ECHO_CUDA_TRY(cudaMemcpy(d_peers_, peers.data(), sizeof(void*) * peers.size(), cudaMemcpyHostToDevice));
+      ECHO_REQUIRE(buffer_->ranks_per_device() >= 1, call, "no rank on this device");
+    }
+    engine(const engine&) = delete;
+    engine& operator=(const engine&) = delete;
+    ~engine() {
+      echo::detail::device_guard guard(comm_.device());
+      buffer_.reset();
+      if (d_peers_) (void)cudaFree(d_peers_);
+      (void)cudaGetLastError();
+    }
+
+    size_t workspace_bytes() const { return buffer_ ? buffer_->bytes() : 0; }
+    /// Where a message of this object streams through (both rings of every peer).
+    size_t ring_bytes() const { return 2 * static_cast<size_t>(comm_.size()) * layout_.ring_bytes; }
+    /// The most ranks of the communicator on one GPU; grids are cut by it on every rank alike.
+    int ranks_per_device() const { return buffer_ ? buffer_->ranks_per_device() : 1; }
+    /// What a launch reported (0: nothing; else an echo::status code, sticky).
+    int device_status() const { return status_.read(); }
+    dispatch_entry dispatch(int ranks) const { return lookup_dispatch(gpu_name_.c_str(), ranks, transport_name, "p2p"); }
+
+    /// A call through quantizer Q (Quant, or quant::none) on every rank.
+    template <class Q, class T>
+    status run(const collective::call<T>& c, cudaStream_t stream) {
+      using Cfg = collective::tile_config<Q, T, Comp, Policy>;
+      constexpr auto kernel = collective::pipeline_kernel<Cfg>;
+      const int P = comm_.size();
+      const size_t seg0 = echo::detail::partition{c.n, echo::detail::granule_of<Q>(), P}.size(0);
+      const size_t subs0 = (seg0 + Cfg::sub_elems - 1) / Cfg::sub_elems;
+      const size_t resident = static_cast<size_t>(max_grid<kernel>()) * Cfg::warps;
+      // A flag covers U sub-tiles: one while warps would otherwise go idle (spread small messages
+      // wide), more for large ones (amortise the flag's system-scope fence), and enough that the
+      // tiles fit the flag region. Every input is the same on every rank (n, constants, the
+      // resident grid of one GPU model), and the signature carries the plan, so ranks that
+      // planned differently report a mismatch instead of mixing layouts.
+      const size_t u_max = std::max<size_t>(1, Policy::flag_elems / Cfg::sub_elems);
+      size_t U = std::min(u_max, std::max<size_t>(1, subs0 / (4 * resident)));
+      U = std::max(U, (subs0 + layout_.flag_tiles - 1) / layout_.flag_tiles);
+      const size_t tiles0 = (subs0 + U - 1) / U;
+      const size_t tile_bytes = U * Cfg::sub_bytes;
+      const size_t slots = layout_.ring_bytes / tile_bytes;
+      size_t warps = 0, ring = slots;
+      if (tiles0 <= slots) {
+        warps = std::min(resident, tiles0);  // no slot is reused within the call
+      } else {
+        // Reused slots: R a multiple of the grid's warps W and R >= 3 W (the flow-control rule).
+        warps = std::min(resident, slots / 3 / Cfg::warps * Cfg::warps);
+        if (warps == 0) return fail("the workspace ring holds fewer than 3 tiles a warp: raise workspace_bytes");
+        ring = slots / warps * warps;
+      }
+      const int grid = static_cast<int>((warps + Cfg::warps - 1) / Cfg::warps);
+      collective::pipeline_params<T> p{};
+      p.in = c.in;
+      p.out = c.out;
+      p.state = c.state;
+      p.store_send_errors = c.mode == state_update::fused;
+      p.n = c.n;
+      p.granule = echo::detail::granule_of<Q>();
+      p.rank = comm_.rank();
+      p.ranks = P;
+      p.sig = echo::detail::signature().add(c.sig).add(U).add(ring).add(1).value();
+      p.subtiles = static_cast<int>(U);
+      p.ring = ring;
+      p.layout = layout_;
+      p.local = buffer_->data();
+      p.peer = d_peers_;
+      p.spin_limit_ns = static_cast<uint64_t>(opt_.spin_limit_seconds * 1e9);
+      p.status = status_.device();
+      kernel<<<grid, Cfg::threads, 0, stream>>>(p);
+      return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
+    }
+
+    /// Below the dispatch size: the one-shot kernel where it applies, else quant::none.
+    template <class T>
+    status run_unquantized(const collective::call<T>& c, cudaStream_t stream) {
+      if constexpr (!Comp::keeps_state) {
+        if (c.n * sizeof(T) <= oneshot_bytes) return run_oneshot(c, stream);
+      }
+      return run<quant::none>(c, stream);
+    }
+
+    const char* last_error() const { return error_; }
+
+   private:
+    static constexpr size_t min_ring_bytes = size_t(1) << 20;
+
+    status fail(const char* why) {
+      error_ = why;
+      return status::invalid_argument;
+    }
+
+    template <class T>
+    status run_oneshot(const collective::call<T>& c, cudaStream_t stream) {
+      constexpr int threads = 512;
+      collective::oneshot_params<T> p{};
+      p.in = c.in;
+      p.out = c.out;
+      p.n = c.n;
+      p.rank = comm_.rank();
+      p.ranks = comm_.size();
+      p.layout = layout_;
+      p.local = buffer_->data();
+      p.peer = d_peers_;
+      p.spin_limit_ns = static_cast<uint64_t>(opt_.spin_limit_seconds * 1e9);
+      p.status = status_.device();
+      // Block b of every rank must cover the same range: the grid depends on n (and the GPU) only.
+      constexpr size_t per_block = size_t(16) << 10;
+      const size_t blocks = (c.n * sizeof(T) + per_block - 1) / per_block;
+      const int most = std::max(1, std::min(64, sms_ * 2 / ranks_per_device()));  // 2 x 512 threads an SM fit
+      const int grid = static_cast<int>(std::min<size_t>(static_cast<size_t>(most), std::max<size_t>(1, blocks)));
+      p.sig = echo::detail::signature().add(c.sig).add(grid).add(2).value();
+      collective::oneshot_kernel<T, threads><<<grid, threads, 0, stream>>>(p);
+      return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
+    }
+
+    /// Blocks of Kernel that are resident at once on a GPU, shared among the ranks on it: a larger
+    /// grid could wait forever on peer flags (its spinning blocks holding the SMs the rest needs).
+    /// Computed once per kernel; Echo assumes one GPU model in a node (and a rank whose GPU plans
+    /// otherwise makes the call fail with status::mismatch, through the signature).
+    template <auto Kernel>
+    int max_grid() const {
+      static const int per_sm = [] {
+        int b = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, Kernel, Policy::threads, 0) != cudaSuccess) {
+          (void)cudaGetLastError();
+          b = 1;
+        }
+        return std::max(1, std::min(b, Policy::blocks_per_sm));
+      }();
+      return std::max(1, per_sm * sms_ / ranks_per_device());
+    }
+
+    communicator comm_;
+    all_reduce_options opt_;
+    int sms_ = 1;
+    std::string gpu_name_;
+    collective::workspace_layout layout_{};
+    std::unique_ptr<symmetric_buffer> buffer_;
+    unsigned char** d_peers_ = nullptr;
+    echo::detail::mapped_status status_;
+    const char* error_ = "";
   };
 };
 

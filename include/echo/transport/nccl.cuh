@@ -1,111 +1,155 @@
 // transport::nccl: the Echo pipeline over ncclSend / ncclRecv, for any P and any number of nodes.
 #pragma once
 
+#include "../collective/config.cuh"
 #include "../collective/staged_kernels.cuh"
+#include "../collective/state_kernels.cuh"
 #include "../communicator.cuh"
 #include "../detail/cuda_check.cuh"
+#include "../detail/device_guard.cuh"
+#include "../detail/mapped_status.cuh"
 #include "../detail/partition.cuh"
+#include "../detail/signature.cuh"
+#include "../dispatch_table.cuh"
+
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
 
 namespace echo::transport {
 
 /// Packets move as ncclSend / ncclRecv of whole chunks inside group calls, on a side stream of
-/// the object's own; the quantize / reduce / dequantize kernels run on the caller's stream. Two
-/// buffer sets let chunk c+1 be quantized while chunk c is on the wire:
+/// the engine's own; the quantize / reduce / dequantize kernels run on the caller's stream. Two
+/// buffer sets let chunk k+1 be quantized while chunk k is on the wire:
 ///   caller stream: push(0) push(1) reduce(0) push(2) reduce(1) gather(0) push(3) ...
 ///   side stream:   exchange(0) exchange(1) all-gather(0) exchange(2) all-gather(1) ...
 /// every arrow between them an event. The side stream forks from the caller's stream at the
 /// start of a call and joins it at the end, so a call is stream-ordered and CUDA-graph
-/// capturable wherever NCCL's own operations are (NCCL >= 2.9 supports capture of
-/// send/recv). Each rank must be driven by its own thread or process: NCCL needs group calls
-/// across ranks when one thread drives several GPUs, which would reorder our kernels.
+/// capturable wherever NCCL's own operations are. Each rank must be driven by its own thread or
+/// process: NCCL needs group calls across ranks when one thread drives several GPUs, which would
+/// reorder our kernels. NCCL refuses two ranks on one GPU, so this transport does too.
 struct nccl {
   static constexpr const char* name = "nccl";
 
-  class channel {
+  template <class Config>
+  class engine {
+    using Quant = typename Config::quant;
+    using Comp = typename Config::comp;
+    using Policy = typename Config::policy;
+
    public:
+    static constexpr const char* transport_name = "nccl";
     static constexpr int sets = 2;
 
     /// Local (not symmetric) buffers: per set P send, P recv, 1 reduced, P gathered slots.
-    channel(const communicator& comm, size_t bytes) : comm_(comm) {
-      const char* call = "echo::transport::nccl::channel";
-      ECHO_REQUIRE(comm.nccl() != nullptr, call, "the communicator holds no ncclComm_t (use communicator::from_nccl)");
-      ECHO_CUDA_TRY(cudaSetDevice(comm.device()));
-      bytes_ = bytes;
+    engine(const communicator& comm, size_t max_elements, const all_reduce_options& opt) : comm_(comm) {
+      const char* call = "echo::all_reduce (nccl engine)";
+      echo::detail::device_guard guard(comm.device());
+      ECHO_REQUIRE(comm.nccl() != nullptr, call,
+                   "the communicator holds no ncclComm_t (use communicator::from_nccl, or local(devices, true))");
+      cudaDeviceProp prop{};
+      ECHO_CUDA_TRY(cudaGetDeviceProperties(&prop, comm.device()));
+      gpu_name_ = prop.name;
+      sms_ = prop.multiProcessorCount;
+      link_ = link_class(comm);
+      if (comm.size() == 1) return;
+      // A segment's packets at the widest (fp32 through quant::none: 4 bytes a value), capped.
+      const size_t seg = echo::detail::partition{max_elements, 32, comm.size()}.size(0) + 2048;
+      const size_t slot = std::max(min_slot_bytes, std::min(seg * 4, opt.workspace_bytes / (sets * slots())));
+      bytes_ = sets * slots() * (slot + collective::slot_header::bytes);
       ECHO_CUDA_TRY(cudaMalloc(&base_, bytes_));
+      ECHO_CUDA_TRY(cudaMemset(base_, 0, bytes_));
       ECHO_CUDA_TRY(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
       for (auto& e : events_) ECHO_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
-    channel(const channel&) = delete;
-    channel& operator=(const channel&) = delete;
-    ~channel() {
-      int prev = -1;
-      if (cudaGetDevice(&prev) == cudaSuccess) (void)cudaSetDevice(comm_.device());
+    engine(const engine&) = delete;
+    engine& operator=(const engine&) = delete;
+    ~engine() {
+      echo::detail::device_guard guard(comm_.device());
       for (auto& e : events_)
         if (e) (void)cudaEventDestroy(e);
       if (side_) (void)cudaStreamDestroy(side_);
       if (base_) (void)cudaFree(base_);
-      if (prev >= 0) (void)cudaSetDevice(prev);
       (void)cudaGetLastError();
     }
 
-    size_t bytes() const { return bytes_; }
+    size_t workspace_bytes() const { return bytes_; }
+    int device_status() const { return status_.read(); }
+    dispatch_entry dispatch(int ranks) const { return lookup_dispatch(gpu_name_.c_str(), ranks, transport_name, link_); }
+    const char* last_error() const { return error_; }
 
-    /// One call: n elements through chunks of whole tiles. Returns status::cuda_error or
-    /// status::nccl_error on a failed launch.
-    template <class Q, class T, class S, bool Comp, int Threads, int MinBlocks>
-    status run(const T* in, T* out, S* state, bool store_send_error, size_t n, cudaStream_t stream, int grid) {
-      using stages = collective::tile_stages<Q, T, S, Comp, collective::tile_threads>;
+    /// A call through quantizer Q: chunks of whole sub-tiles through the staged kernels.
+    template <class Q, class T>
+    status run(const collective::call<T>& c, cudaStream_t stream) {
+      using Cfg = collective::tile_config<Q, T, Comp, Policy>;
       const int P = comm_.size(), me = comm_.rank();
-      const size_t tile_bytes = stages::codec::tile_bytes(collective::tile_threads);
-      const size_t slots = 3 * static_cast<size_t>(P) + 1;
-      const size_t tiles = bytes_ / (sets * slots * tile_bytes);
-      if (tiles == 0) return status::invalid_argument;
-      collective::chunk_params c{};
-      c.n = n;
-      c.granule = echo::detail::granule_of<Q>();
-      c.rank = me;
-      c.ranks = P;
-      c.chunk_len = tiles * stages::tile_elems;
-      c.slot_bytes = tiles * tile_bytes;
-      c.tile_bytes = tile_bytes;
-      const echo::detail::partition part{n, c.granule, P};
-      const size_t chunks = (part.size(0) + c.chunk_len - 1) / c.chunk_len;
+      const size_t slot_bytes = bytes_ / (sets * slots());
+      const size_t capacity = (slot_bytes - collective::slot_header::bytes) / Cfg::sub_bytes;  // sub-tiles a slot holds
+      if (capacity == 0) {
+        error_ = "the workspace holds no sub-tile: raise workspace_bytes";
+        return status::invalid_argument;
+      }
+      const echo::detail::partition part{c.n, echo::detail::granule_of<Q>(), P};
+      const size_t subs0 = (part.size(0) + Cfg::sub_elems - 1) / Cfg::sub_elems;
+      // Chunks: at least 8 in flight for large messages (overlap), none smaller than 1 MiB of
+      // packets, none larger than a slot.
+      const size_t floor_subs = std::max<size_t>(1, (size_t(1) << 20) / Cfg::sub_bytes);
+      const size_t chunk_subs = std::min(capacity, std::max(floor_subs, (subs0 + 7) / 8));
+      collective::chunk_params base{};
+      base.n = c.n;
+      base.granule = echo::detail::granule_of<Q>();
+      base.rank = me;
+      base.ranks = P;
+      base.sig = echo::detail::signature().add(c.sig).add(chunk_subs).add(3).value();
+      base.chunk_len = chunk_subs * Cfg::sub_elems;
+      base.slot_bytes = slot_bytes;
+      base.state = c.state;
+      base.status = status_.device();
+      const size_t chunks = (part.size(0) + base.chunk_len - 1) / base.chunk_len;
+      const int grid = std::max(1, sms_ * Policy::blocks_per_sm);
       auto set = [&](size_t k) {
-        collective::chunk_params s = c;
-        unsigned char* b = base_ + (k % sets) * slots * c.slot_bytes;
-        s.chunk_offset = k * c.chunk_len;
+        collective::chunk_params s = base;
+        unsigned char* b = base_ + (k % sets) * slots() * slot_bytes;
+        s.chunk = static_cast<uint32_t>(k);
+        s.chunk_offset = k * base.chunk_len;
         s.send = b;
-        s.recv = b + P * c.slot_bytes;
-        s.reduced = b + 2 * P * c.slot_bytes;
-        s.gathered = b + (2 * P + 1) * c.slot_bytes;
+        s.recv = b + P * slot_bytes;
+        s.reduced = b + 2 * P * slot_bytes;
+        s.gathered = b + (2 * P + 1) * slot_bytes;
         return s;
       };
-      // bytes of segment j's share of chunk k: whole tiles
-      auto chunk_bytes = [&](size_t k, int j) {
-        const size_t len = part.size(j), off = k * c.chunk_len;
-        const size_t l = off < len ? std::min(len - off, c.chunk_len) : 0;
-        return (l + stages::tile_elems - 1) / stages::tile_elems * tile_bytes;
+      // bytes of segment j's share of chunk k: the header and whole sub-tiles
+      auto chunk_bytes = [&](size_t k, int j) -> size_t {
+        const size_t len = part.size(j), off = k * base.chunk_len;
+        if (off >= len) return 0;
+        const size_t l = std::min(len - off, base.chunk_len);
+        return collective::slot_header::bytes + (l + Cfg::sub_elems - 1) / Cfg::sub_elems * Cfg::sub_bytes;
       };
       cudaEvent_t* ev = events_;  // [0] fork, [1..2] pushed, [3..4] exchanged, [5..6] reduced, [7..8] gathered, [9] join
       auto ok = [](cudaError_t e) { return e == cudaSuccess; };
       auto nok = [](ncclResult_t r) { return r == ncclSuccess; };
       ncclComm_t nc = comm_.nccl();
       bool good = ok(cudaEventRecord(ev[0], stream)) && ok(cudaStreamWaitEvent(side_, ev[0], 0));
+      if (good && c.state) {
+        collective::chain_begin_kernel<<<1, 1, 0, stream>>>(c.state, c.n);
+        good = ok(cudaGetLastError());
+      }
       auto push = [&](size_t k) {
         const auto s = set(k);
-        collective::push_kernel<Q, T, S, Comp, Threads, MinBlocks><<<grid, Threads, 0, stream>>>(s, in, state, store_send_error);
+        collective::push_kernel<Cfg><<<grid, Cfg::threads, 0, stream>>>(s, c.in, c.mode == state_update::fused);
         good = good && ok(cudaGetLastError()) && ok(cudaEventRecord(ev[1 + k % 2], stream)) &&
                ok(cudaStreamWaitEvent(side_, ev[1 + k % 2], 0));
         if (!good) return;
-        const auto x = set(k);
         good = nok(ncclGroupStart());
         for (int d = 1; d < P && good; ++d) {
           const int to = (me + d) % P, from = (me - d + P) % P;
-          if (const size_t b = chunk_bytes(k, to)) good = nok(ncclSend(x.send + to * c.slot_bytes, b, ncclUint8, to, nc, side_));
+          if (const size_t b = chunk_bytes(k, to)) good = nok(ncclSend(s.send + to * slot_bytes, b, ncclUint8, to, nc, side_));
           if (const size_t b = chunk_bytes(k, me); good && b)
-            good = nok(ncclRecv(x.recv + from * c.slot_bytes, b, ncclUint8, from, nc, side_));
+            good = nok(ncclRecv(s.recv + from * slot_bytes, b, ncclUint8, from, nc, side_));
         }
         good = nok(ncclGroupEnd()) && good;
         good = good && ok(cudaEventRecord(ev[3 + k % 2], side_));
@@ -114,7 +158,7 @@ struct nccl {
         const auto s = set(k);
         good = good && ok(cudaStreamWaitEvent(stream, ev[3 + k % 2], 0));
         if (!good) return;
-        collective::reduce_kernel<Q, T, S, Comp, Threads, MinBlocks><<<grid, Threads, 0, stream>>>(s, in, out, state);
+        collective::reduce_kernel<Cfg><<<grid, Cfg::threads, 0, stream>>>(s, c.in, c.out);
         good = ok(cudaGetLastError()) && ok(cudaEventRecord(ev[5 + k % 2], stream)) &&
                ok(cudaStreamWaitEvent(side_, ev[5 + k % 2], 0));
         if (!good) return;
@@ -123,7 +167,7 @@ struct nccl {
           const int to = (me + d) % P, from = (me - d + P) % P;
           if (const size_t b = chunk_bytes(k, me)) good = nok(ncclSend(s.reduced, b, ncclUint8, to, nc, side_));
           if (const size_t b = chunk_bytes(k, from); good && b)
-            good = nok(ncclRecv(s.gathered + from * c.slot_bytes, b, ncclUint8, from, nc, side_));
+            good = nok(ncclRecv(s.gathered + from * slot_bytes, b, ncclUint8, from, nc, side_));
         }
         good = nok(ncclGroupEnd()) && good;
         good = good && ok(cudaEventRecord(ev[7 + k % 2], side_));
@@ -131,7 +175,7 @@ struct nccl {
       auto gather = [&](size_t k) {
         good = good && ok(cudaStreamWaitEvent(stream, ev[7 + k % 2], 0));
         if (!good) return;
-        collective::gather_kernel<Q, T, S, Comp, Threads, MinBlocks><<<grid, Threads, 0, stream>>>(set(k), out);
+        collective::gather_kernel<Cfg><<<grid, Cfg::threads, 0, stream>>>(set(k), c.out);
         good = ok(cudaGetLastError());
       };
       // Software pipeline over chunks (see the class comment for the order and why two sets do).
@@ -140,17 +184,59 @@ struct nccl {
         if (k >= 1 && k - 1 < chunks) reduce(k - 1);
         if (k >= 2) gather(k - 2);
       }
+      if (good && c.state) {
+        collective::chain_end_kernel<<<1, 1, 0, stream>>>(c.state, c.n, c.mode == state_update::fused);
+        good = ok(cudaGetLastError());
+      }
       good = good && ok(cudaEventRecord(ev[9], side_)) && ok(cudaStreamWaitEvent(stream, ev[9], 0));
-      if (good) return status::success;
-      return cudaGetLastError() != cudaSuccess ? status::cuda_error : status::nccl_error;
+      return finish(good);
+    }
+
+    /// Below the dispatch size: NCCL's own all-reduce (exact, not quantized; bit-identical on
+    /// every rank). The call leaves a fresh chain: it injected no quantization error.
+    template <class T>
+    status run_unquantized(const collective::call<T>& c, cudaStream_t stream) {
+      const ncclDataType_t type = std::is_same<T, float>::value       ? ncclFloat32
+                                  : std::is_same<T, half_t>::value     ? ncclFloat16
+                                                                       : ncclBfloat16;
+      if (ncclAllReduce(c.in, c.out, c.n, type, ncclSum, comm_.nccl(), stream) != ncclSuccess) return finish(false);
+      if (c.state && cudaMemsetAsync(c.state, 0, sizeof(uint64_t), stream) != cudaSuccess) return status::cuda_error;
+      return status::success;
     }
 
    private:
+    static constexpr size_t min_slot_bytes = size_t(1) << 20;
+    size_t slots() const { return 3 * static_cast<size_t>(comm_.size()) + 1; }
+
+    status finish(bool good) {
+      if (good) return status::success;
+      if (cudaGetLastError() != cudaSuccess) return status::cuda_error;
+      error_ = "an NCCL call failed (see NCCL_DEBUG=WARN)";
+      return status::nccl_error;
+    }
+
+    /// "p2p" when every rank is on this machine and NCCL may use peer-to-peer; else "net".
+    static const char* link_class(const communicator& comm) {
+      char name[256] = {};
+      (void)gethostname(name, sizeof name - 1);
+      const uint64_t mine = echo::detail::signature().add(static_cast<const char*>(name)).wide();
+      const std::vector<uint64_t> all = comm.all_gather(mine);
+      const char* p2p_off = std::getenv("NCCL_P2P_DISABLE");
+      bool local = !(p2p_off && std::strcmp(p2p_off, "0") != 0);
+      for (uint64_t h : all) local = local && h == mine;
+      return local ? "p2p" : "net";
+    }
+
     communicator comm_;
+    std::string gpu_name_;
+    int sms_ = 1;
+    const char* link_ = "p2p";
     size_t bytes_ = 0;
     unsigned char* base_ = nullptr;
     cudaStream_t side_ = nullptr;
     cudaEvent_t events_[10] = {};
+    echo::detail::mapped_status status_;
+    const char* error_ = "";
   };
 };
 

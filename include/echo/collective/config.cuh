@@ -1,0 +1,30 @@
+// What an echo::all_reduce object hands its transport's engine: the object-level configuration
+// (config) and, per call, the call's arguments (call).
+#pragma once
+
+#include "../options.cuh"
+#include "../quant/none.cuh"
+
+namespace echo::collective {
+
+/// The policies of an echo::all_reduce object. A call runs either Quant or, below the dispatch
+/// size, quant::none; the element type is the call's.
+template <class Quant, class Comp, class Policy>
+struct config {
+  using quant = Quant;
+  using comp = Comp;
+  using policy = Policy;
+};
+
+/// One call as the engine sees it (arguments already checked by echo::all_reduce).
+template <class T>
+struct call {
+  const T* in;
+  T* out;
+  size_t n;
+  unsigned char* state;  ///< the chain's state memory (comp/compensator.cuh), or null
+  state_update mode;
+  uint32_t sig;          ///< signature of (n, element type, quantizer, compensator), the same on every rank
+};
+
+}  // namespace echo::collective

@@ -1,0 +1,74 @@
+// Kernels that touch only a rank's own chain state: the deferred update, and the begin / end
+// marks of a call made of several launches (transport::nccl).
+#pragma once
+
+#include "../comp/compensator.cuh"
+#include "../detail/partition.cuh"
+#include "tile_stages.cuh"
+
+namespace echo::collective {
+
+#if ECHO_HAS_CUDA
+
+/// The deferred half of a state_update::deferred call: the send errors e = x' - D(Q(x')) of the
+/// segments this rank does not own, recomputed from the same input and state (quantization is
+/// deterministic, so the codes are the ones the call sent). Runs only when the chain's header
+/// says a deferred call on n is pending (else it changes nothing); its last block marks the
+/// update done. Needs the input unchanged since the call.
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::threads) update_kernel(const typename Cfg::element* in, unsigned char* state,
+                                                              size_t n, size_t granule, int rank, int ranks) {
+  using stages = tile_stages<Cfg>;
+  constexpr int V = Cfg::V;
+  __shared__ int s_due, s_continues;
+  auto* header = reinterpret_cast<volatile comp::state_header*>(state);
+  if (threadIdx.x == 0) {
+    const uint64_t tag = header->tag;
+    s_due = comp::state_header::update_due(tag, n);
+    s_continues = comp::state_header::update_continues(tag);
+  }
+  __syncthreads();
+  if (s_due) {
+    const state_ref st{state + comp::state_header::bytes, n, s_continues != 0};
+    const echo::detail::partition part{n, granule, ranks};
+    const int lane = threadIdx.x & 31;
+    const size_t warp = static_cast<size_t>(blockIdx.x) * Cfg::warps + threadIdx.x / 32;
+    const size_t nwarps = static_cast<size_t>(gridDim.x) * Cfg::warps;
+    for (int j = 0; j < ranks; ++j) {
+      if (j == rank) continue;
+      const size_t b = part.begin(j), len = part.size(j), subs = (len + Cfg::sub_elems - 1) / Cfg::sub_elems;
+      for (size_t s = warp; s < subs; s += nwarps) {
+        const size_t first = b + s * Cfg::sub_elems + static_cast<size_t>(lane) * V;
+        const int valid = detail::valid_count(first, b + len, V);
+        (void)stages::push(stages::fetch(in, st, first, valid), st, true, first, valid);
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(const_cast<uint32_t*>(&header->done), 1u) == gridDim.x - 1) {
+      header->done = 0;
+      if (s_due) header->tag = n;
+    }
+  }
+}
+
+/// First launch of a multi-launch call: records whether the call continues its chain, for the
+/// call's other launches to read (header.active), as the one-launch kernels decide per block.
+template <int = 0>
+__global__ void chain_begin_kernel(unsigned char* state, size_t n) {
+  auto* h = reinterpret_cast<volatile comp::state_header*>(state);
+  h->active = comp::state_header::continues(h->tag, n) ? 1u : 0u;
+}
+
+/// Last launch of a multi-launch call: the chain's tag after it (fused: n; deferred: pending).
+template <int = 0>
+__global__ void chain_end_kernel(unsigned char* state, size_t n, bool fused) {
+  auto* h = reinterpret_cast<volatile comp::state_header*>(state);
+  h->tag = fused ? n : comp::state_header::after_deferred(n, h->active != 0);
+}
+
+#endif
+
+}  // namespace echo::collective

@@ -1,0 +1,169 @@
+// tile_stages<Cfg>: the per-sub-tile arithmetic of the Echo pipeline, shared by every transport's
+// kernels (cuda_ipc's fused kernel, nccl's staged kernels, the deferred update), so that all of
+// them are bit-identical to each other and to echo::reference.
+//
+// A lane owns V consecutive elements starting at `first`, of which `valid` (0..V) exist; every
+// lane of the warp calls every stage (groups and state groups are reduced with shuffles). Stages
+// compute and return what goes on the wire; the caller stores it where its transport needs it.
+#pragma once
+
+#include "../comp/compensator.cuh"
+#include "../comp/state_storage.cuh"
+#include "../detail/fp_ops.cuh"
+#include "tile_config.cuh"
+
+#include <type_traits>
+
+namespace echo::collective {
+
+#if ECHO_HAS_CUDA
+
+/// A chain's storage as one call sees it: laid out for the call's n; `active` false when the call
+/// starts a fresh chain (the stored errors then read as zero, whatever the memory holds).
+struct state_ref {
+  unsigned char* data = nullptr;
+  size_t n = 0;
+  bool active = false;
+};
+
+namespace detail {
+
+/// The state storage policy of a compensator; an empty stand-in without state.
+struct no_state {
+  template <int>
+  using raw = int;
+};
+template <class Comp, bool = Comp::keeps_state>
+struct storage_of {
+  using type = no_state;
+};
+template <class Comp>
+struct storage_of<Comp, true> {
+  using type = comp::state_storage<typename Comp::storage>;
+};
+
+}  // namespace detail
+
+template <class Cfg>
+struct tile_stages {
+  using T = typename Cfg::element;
+  using Comp = typename Cfg::comp;
+  using codec = typename Cfg::codec;
+  using packed = typename codec::packed;
+  static constexpr int V = Cfg::V;
+  static constexpr bool keeps = Comp::keeps_state;
+
+  using storage = typename detail::storage_of<Comp>::type;
+
+  /// The loads of a lane's entry operands (x and its stored error), issued ahead of use.
+  struct operands {
+    echo::detail::raw_run<T, V> x;
+    typename storage::template raw<V> c;
+  };
+
+  __device__ __forceinline__ static operands fetch(const T* in, const state_ref& st, size_t first, int valid) {
+    operands o;
+    o.x = echo::detail::load_raw<T, V>(in + first, valid);
+    if constexpr (keeps) o.c = storage::template load<V>(st.data, st.n, first, st.active ? valid : 0);
+    return o;
+  }
+
+  /// x' = x + c (c = 0 in a fresh chain).
+  __device__ __forceinline__ static void entry(const operands& o, const state_ref& st, float (&x)[V]) {
+    echo::detail::widen(o.x, x);
+    if constexpr (keeps) {
+      if (st.active) {
+        float c[V];
+        storage::template widen<V>(o.c, c);
+#pragma unroll
+        for (int i = 0; i < V; ++i) x[i] = echo::detail::add_rn(x[i], c[i]);
+      }
+    }
+  }
+
+  /// Store what the chain keeps for the errors e (every lane calls it).
+  __device__ __forceinline__ static void keep_errors(const state_ref& st, size_t first, int valid, float (&e)[V]) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) e[i] = Comp::keep(e[i]);
+    storage::template store<V>(st.data, st.n, first, valid, e);
+  }
+
+  /// A (push, and the deferred update): quantize x' for its owner; with store_error (uniform over
+  /// the warp) keep the send error e = x' - D(Q(x')).
+  __device__ __forceinline__ static packed push(const operands& o, const state_ref& st, bool store_error, size_t first,
+                                                int valid) {
+    float x[V], dq[V];
+    entry(o, st, x);
+    const packed r = codec::quantize(x, valid, dq);
+    if constexpr (keeps) {
+      if (store_error) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
+        keep_errors(st, first, valid, dq);
+      }
+    }
+    return r;
+  }
+
+  /// B (reduce the own segment): S = the sum over ranks 0..P-1 in that order, in fp32, of the own
+  /// x' (never quantized) and the receipts recv(i) (a packet pointer of sender i); quantize S
+  /// once; write the own output and keep e = S - out. Returns the packet of S for every peer.
+  template <class Recv>
+  __device__ __forceinline__ static packed reduce(const operands& own, const state_ref& st, T* out, size_t first,
+                                                  int valid, int me, int P, int lane, Recv&& recv) {
+    float acc[V];
+    if (me == 0) {
+      entry(own, st, acc);
+    } else {
+      codec::load(recv(0), lane, acc);
+    }
+    for (int i = 1; i < P; ++i) {
+      float term[V];
+      if (i == me) entry(own, st, term);
+      else codec::load(recv(i), lane, term);
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[v] = echo::detail::add_rn(acc[v], term[v]);
+    }
+    float dq[V];
+    const packed r = codec::quantize(acc, valid, dq);
+    echo::detail::store_floats<T, V>(out + first, valid, dq);
+    if constexpr (keeps) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        dq[v] = echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v])));
+      keep_errors(st, first, valid, dq);
+    }
+    return r;
+  }
+
+  /// C (gather): dequantize an owner's packet into the output.
+  __device__ __forceinline__ static void gather(const unsigned char* packet, T* out, size_t first, int valid, int lane) {
+    float v[V];
+    codec::load(packet, lane, v);
+    if (valid > 0) echo::detail::store_floats<T, V>(out + first, valid, v);
+  }
+};
+
+namespace detail {
+
+__device__ __forceinline__ int valid_count(size_t first, size_t end, int V) {
+  return first >= end ? 0 : (end - first < static_cast<size_t>(V) ? static_cast<int>(end - first) : V);
+}
+
+/// f(operands, first, valid, u) for the `subs` sub-tiles of a tile whose lane-0 element is
+/// `first`. (Issuing sub-tile u + 1's loads before computing sub-tile u was measured to change
+/// nothing on H200 while it doubled the operand registers; docs/benchmarks.md.)
+template <class Stages, class T, class F>
+__device__ __forceinline__ void over_subtiles(const T* in, const state_ref& st, size_t first, size_t end, int subs,
+                                              size_t sub_elems, F&& f) {
+  for (int u = 0; u < subs; ++u, first += sub_elems) {
+    const int valid = valid_count(first, end, Stages::V);
+    f(Stages::fetch(in, st, first, valid), first, valid, u);
+  }
+}
+
+}  // namespace detail
+
+#endif
+
+}  // namespace echo::collective

@@ -1,0 +1,53 @@
+// The compensator contract, and the layout of a chain's state memory.
+//
+// A compensator C decides what a rank adds to its input on entry and what it keeps of the error a
+// call injects. Every compensator is a type with:
+//   C::name          a string
+//   C::keeps_state   false: no state, no chain argument (comp::none)
+// and, when it keeps state,
+//   C::storage               the state storage policy (comp/state_storage.cuh)
+//   C::state_bytes(n)        bytes of state memory a chain of n elements needs
+//   C::keep(e)               what is stored for an error e (host and device, bit-identical)
+// The pipeline (collective/tile_stages.cuh) applies it the same way for every compensator:
+//   entry:  x' = x + c, c the stored error of this element (0 in a fresh chain);
+//   exit:   every element of a rank's input gets exactly one stored error per call: for a
+//           segment it sends, e = x' - D(Q(x')); for its own segment, e = S - out (the error of
+//           quantizing the sum and rounding it to the element type). Summed over ranks that is
+//           exactly what the call lost, and the next call adds it back, so along a chain the error
+//           telescopes to one call's.
+// echo::reference implements the same contract on the host; the two agree bit for bit.
+//
+// State memory of a chain of capacity N: [ header (256 B) | storage of N values ]. The header's
+// tag says what the storage holds, so that all-zero memory is a fresh chain (a caller resets a
+// chain it owns with a memset, e.g. torch's `state.zero_()`), and so that the device itself,
+// not the host, decides whether a call starts a fresh chain: a call captured in a CUDA graph then
+// behaves on every replay exactly as the same call made directly.
+#pragma once
+
+#include "../config.cuh"
+
+namespace echo::comp {
+
+/// The first bytes of a chain's state memory.
+struct state_header {
+  /// Bits 0-61: n of the last call that completed on the chain (0: fresh). Bit 63: that call was
+  /// deferred and its update() has not run. Bit 62: that deferred call started a fresh chain.
+  uint64_t tag;
+  uint32_t done;    ///< blocks of the current deferred update that finished (its last block writes tag)
+  uint32_t active;  ///< transport::nccl: whether the call in flight continues the chain (set by its first kernel)
+
+  static constexpr size_t bytes = 256;  // keeps the storage 256-byte aligned
+  static constexpr uint64_t pending = uint64_t(1) << 63;
+  static constexpr uint64_t fresh = uint64_t(1) << 62;
+  static constexpr uint64_t n_mask = fresh - 1;
+
+  /// Whether a call on n elements continues the chain (else it starts from zero errors). A
+  /// chain whose deferred update never ran is not continued: its state is half old.
+  ECHO_HD static bool continues(uint64_t tag, uint64_t n) { return tag == n; }
+  /// Whether update() on n may run, and whether the deferred call it completes continued the chain.
+  ECHO_HD static bool update_due(uint64_t tag, uint64_t n) { return (tag & ~fresh) == (n | pending); }
+  ECHO_HD static bool update_continues(uint64_t tag) { return (tag & fresh) == 0; }
+  ECHO_HD static uint64_t after_deferred(uint64_t n, bool continued) { return n | pending | (continued ? 0 : fresh); }
+};
+
+}  // namespace echo::comp

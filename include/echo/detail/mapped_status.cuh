@@ -1,0 +1,30 @@
+// A status word in host-mapped memory: device code writes why a launch gave up, the host reads it
+// without a synchronising copy.
+#pragma once
+
+#include "cuda_check.cuh"
+
+namespace echo::detail {
+
+class mapped_status {
+ public:
+  mapped_status() {
+    ECHO_CUDA_TRY(cudaHostAlloc(&host_, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable));
+    *host_ = 0;
+    ECHO_CUDA_TRY(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_), host_, 0));
+  }
+  mapped_status(const mapped_status&) = delete;
+  mapped_status& operator=(const mapped_status&) = delete;
+  ~mapped_status() {
+    if (host_) (void)cudaFreeHost(host_);
+  }
+  /// The echo::status code a launch recorded (0: none). Synchronise its stream first to see it.
+  int read() const { return *static_cast<volatile int*>(host_); }
+  int* device() const { return device_; }
+
+ private:
+  int* host_ = nullptr;
+  int* device_ = nullptr;
+};
+
+}  // namespace echo::detail

@@ -1,0 +1,29 @@
+// Options of an echo::all_reduce object and of its calls.
+#pragma once
+
+#include "config.cuh"
+
+namespace echo {
+
+/// fused: the call writes every stored error. deferred: it writes only the errors of the rank's
+/// own segment; the caller then runs update() (e.g. on a side stream beside the next GEMM) before
+/// the next call of the chain. Both give identical state.
+enum class state_update { fused, deferred };
+
+struct all_reduce_options {
+  /// cuda_ipc: bytes of the data rings a call streams through (a message larger than the rings
+  /// wraps around them under flow control in the same launch). The fixed parts (flags: 8 bytes per
+  /// 2048 values of max_elements and peer, the one-shot region: 2 MiB per rank without
+  /// compensation) come on top. transport::nccl: cap on its chunk buffers.
+  size_t workspace_bytes = size_t(64) << 20;
+  /// A peer missing longer than this makes the call fail with status::timeout. Must be > 0.
+  double spin_limit_seconds = 10.0;
+  /// Below this many bytes a call is not quantized (the transport's best unquantized all-reduce);
+  /// -1: from echo::dispatch_table for this GPU, P and transport.
+  long long unquantized_below_bytes = -1;
+  /// Refuse pointers the device cannot address as its own memory (pageable host memory, another
+  /// GPU's memory) with status::invalid_argument. Costs a cudaPointerGetAttributes per new pointer.
+  bool check_pointers = true;
+};
+
+}  // namespace echo
