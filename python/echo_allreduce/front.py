@@ -46,7 +46,7 @@ class _ChainInfo:
     __slots__ = ("n", "pending")
 
     def __init__(self):
-        self.n = None  # n of the chain's calls so far
+        self.n = None  # n of the chain's last call
         self.pending = None  # (input data_ptr, n) of a deferred call awaiting update()
 
 
@@ -205,19 +205,17 @@ class EchoAllReduce:
             torch.ops.echo.update(self._handle, x, chain)
 
     def _begin(self, chain, x: torch.Tensor, deferred: bool) -> None:
-        """Chain bookkeeping (eager only): no call while an update is pending; a shape change ends
-        the chain (zeroes it), as in echo::reference."""
+        """Chain bookkeeping (eager only), so misuse raises here rather than pass unnoticed: no call
+        while a deferred call awaits its update. (A shape change needs nothing: the chain's header
+        records n, and a call with another n starts a fresh chain, on the device as in the reference.)"""
         if not self.keeps_state:
             return
         info = self._info(chain)
         if info.pending is not None:
             raise RuntimeError("EchoAllReduce.all_reduce: the chain's deferred call awaits update(x, chain) first")
-        n = x.numel()
-        if info.n is not None and info.n != n and self.backend == "cuda":
-            chain.zero_()
-        info.n = n
+        info.n = x.numel()
         if deferred:
-            info.pending = (self._ptr(x), n)
+            info.pending = (self._ptr(x), info.n)
 
     @staticmethod
     def _ptr(x: torch.Tensor) -> int:

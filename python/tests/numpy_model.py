@@ -1,6 +1,7 @@
 """Echo's algorithm written again in numpy, independently of the C++ reference, for the tests:
 quant 'none' (the exact fp32 rank-order sum, rounded once) and 'zero_aware' (docs/design.md and
-include/echo/quant/zero_aware.cuh: the grid, fp16 parameters, nearest-even rounding), comp none.
+include/echo/quant/zero_aware.cuh: the grid, fp16 parameters, a code rounded once from the fused
+x * (1/s) + z, nearest even), comp none.
 """
 
 from __future__ import annotations
@@ -48,6 +49,20 @@ def fp16_up(s: F32) -> F32:
     return F32(min(F32(h), F32(65504.0)))
 
 
+def rint_fused(a: np.ndarray, b: F32, c: F32) -> np.ndarray:
+    """rint(a * b + c) of the exact real value (an fma's single rounding, then nearest even), for
+    float32 a, b and an integer c. The product is exact in float64; TwoSum gives what the float64
+    sum drops, which decides a value that float64 rounded onto a tie."""
+    p = a.astype(np.float64) * np.float64(b)
+    c = np.float64(c)
+    v = p + c
+    bb = v - p
+    lost = (p - (v - bb)) + (c - bb)
+    r = np.rint(v)
+    tie = (np.abs(v - np.floor(v) - 0.5) == 0) & (lost != 0)
+    return np.where(tie, np.where(lost > 0, np.ceil(v), np.floor(v)), r)
+
+
 def zero_aware_round_trip(v: np.ndarray, bits: int, group: int) -> np.ndarray:
     """D(Q(v)) group by group for finite v that starts on a group boundary."""
     max_code = F32(2**bits - 1)
@@ -59,7 +74,7 @@ def zero_aware_round_trip(v: np.ndarray, bits: int, group: int) -> np.ndarray:
         s = fp16_up(s) if s > 0 else F32(0)
         inv = F32(F32(1) / s) if s > 0 else F32(0)
         z = np.clip(np.rint(F32(-lo * inv)), 0, max_code)
-        q = np.clip(np.rint((x * inv).astype(F32)) + z, 0, max_code)
+        q = np.clip(rint_fused(x, inv, z), 0, max_code)
         out[first:first + group] = ((q - z).astype(F32) * s).astype(F32)
     return out
 

@@ -46,7 +46,7 @@ const entry& find(const std::string& quant, int bits, int group, const std::stri
 
 template <class C>
 void make_if(std::unique_ptr<chain_base>& out, int ranks, size_t capacity, const std::string& storage) {
-  if constexpr (keeps_state<C>)
+  if constexpr (C::keeps_state)
     if (!out && storage == comp_names<C>::storage) out = std::make_unique<chain_impl<C>>(ranks, capacity);
 }
 

@@ -52,7 +52,7 @@ struct entry {
 template <class Q, class C>
 void run(echo::dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n, chain_base* chain) {
   const echo::reference::all_reduce<Q, C> ar(static_cast<int>(in.size()));
-  if constexpr (keeps_state<C>) {
+  if constexpr (C::keeps_state) {
     auto* c = dynamic_cast<chain_impl<C>*>(chain);
     if (!c)
       throw std::invalid_argument(std::string("echo_allreduce.reference: error_feedback with storage '") +

@@ -38,15 +38,8 @@ class instance_impl final : public instance {
   instance_impl(const bootstrap& b, const options& o) : device_(b.device) {
     echo::all_reduce_options opt;
     opt.spin_limit_seconds = o.spin_limit_seconds;
-#if ECHO_PY_HAS_CHAIN_VIEW
     opt.unquantized_below_bytes = o.unquantized_below_bytes;
     opt.check_pointers = false;  // the op has checked every tensor's device already
-#else
-    opt.passthrough_below_bytes = o.unquantized_below_bytes;
-    if constexpr (keeps_state<C>)
-      throw echo::error("echo.create", "error_feedback on the GPU needs echo::chain_view (not in this echo build)",
-                        __FILE__, __LINE__);
-#endif
     if constexpr (nccl) nccl_ = detail::make_nccl(b);
     const echo::communicator comm(b.rank, b.size, b.device, b.all_gather, nccl_);
     ar_ = std::make_unique<AR>(comm, o.max_elements, opt);
@@ -60,57 +53,25 @@ class instance_impl final : public instance {
   echo::status all_reduce(echo::dtype t, const void* in, void* out, size_t n, void* stream, void* state,
                           size_t state_bytes, bool deferred) override {
     const auto mode = deferred ? echo::state_update::deferred : echo::state_update::fused;
-#if ECHO_PY_HAS_CHAIN_VIEW
     return (*ar_)(t, in, out, n, static_cast<cudaStream_t>(stream), view(state, state_bytes), mode);
-#else
-    (void)state, (void)state_bytes;
-    return (*ar_)(t, in, out, n, static_cast<cudaStream_t>(stream), nullptr, mode);
-#endif
   }
 
   echo::status update(echo::dtype t, const void* in, size_t n, void* stream, void* state, size_t state_bytes) override {
-#if ECHO_PY_HAS_CHAIN_VIEW
     return ar_->update(t, in, n, static_cast<cudaStream_t>(stream), view(state, state_bytes));
-#else
-    (void)t, (void)in, (void)n, (void)stream, (void)state, (void)state_bytes;
-    return echo::status::success;  // no stateful instance exists in this build
-#endif
   }
 
   echo::status check() override { return ar_->check(); }
 
-  std::string last_error() const override {
-#if ECHO_PY_HAS_CHAIN_VIEW
-    return ar_->last_error();
-#else
-    return {};
-#endif
-  }
-
-  size_t state_bytes(size_t n) const override {
-#if ECHO_PY_HAS_CHAIN_VIEW
-    if constexpr (keeps_state<C>) return echo::chain_view<C>::bytes_for(n);
-#endif
-    (void)n;
-    return 0;
-  }
-
-  size_t unquantized_below_bytes() const override {
-#if ECHO_PY_HAS_CHAIN_VIEW
-    return ar_->unquantized_below_bytes();
-#else
-    return ar_->passthrough_below_bytes();
-#endif
-  }
+  std::string last_error() const override { return ar_->last_error(); }
+  size_t state_bytes(size_t n) const override { return AR::state_bytes(n); }
+  size_t unquantized_below_bytes() const override { return ar_->unquantized_below_bytes(); }
 
  private:
-#if ECHO_PY_HAS_CHAIN_VIEW
   typename AR::view_type view(void* state, size_t bytes) const {
-    if constexpr (keeps_state<C>) return typename AR::view_type(state, bytes, device_);
+    if constexpr (C::keeps_state) return typename AR::view_type(state, bytes, device_);
     (void)state, (void)bytes;
     return {};
   }
-#endif
 
   int device_;
   ncclComm_t nccl_ = nullptr;
@@ -129,10 +90,13 @@ void add(std::vector<entry>& table, type_list<C...>) {
    ...);
 }
 
-/// Adds every quantizer of a family (common/quantizers.hpp) with every compensator over Transport.
-template <class Transport, class... Q>
-void add_family(std::vector<entry>& table, type_list<Q...>) {
-  (add<Transport, Q>(table, compensators{}), ...);
+/// Adds quantizer I of a family (common/quantizers.hpp) with every compensator over Transport:
+/// the content of one generated translation unit (torch_ops.cmake), whose idea of the family's
+/// length Size is checked here.
+template <class Transport, class Family, size_t I, size_t Size>
+void add_quantizer(std::vector<entry>& table) {
+  static_assert(Family::size == Size, "the family's length in python/src/torch/torch_ops.cmake is stale");
+  add<Transport, typename Family::template at<I>>(table, compensators{});
 }
 
 }  // namespace echo_py::torch_ops

@@ -1,6 +1,7 @@
 // The torch ops' view of one echo::all_reduce instantiation, with its types erased, and the table
 // of compiled instantiations (table.cpp) found by name at run time. Host C++ only: ops.cpp, which
-// includes torch, never sees a CUDA kernel; the instantiations live in one .cu per quantizer family.
+// includes torch, never sees a CUDA kernel; the instantiations live in one generated .cu per
+// quantizer (torch_ops.cmake), so a parallel build compiles them side by side.
 #pragma once
 
 #include <echo/dtype.cuh>
@@ -59,13 +60,5 @@ const std::vector<entry>& table();
 /// The entry for these names; throws std::invalid_argument naming what exists.
 const entry& find(const std::string& quant, int bits, int group, const std::string& comp, const std::string& storage,
                   const std::string& transport);
-
-// One translation unit per quantizer family adds its entries.
-void add_zero_aware_4(std::vector<entry>& table);
-void add_zero_aware_8(std::vector<entry>& table);
-void add_symmetric(std::vector<entry>& table);
-void add_naive_zero_point(std::vector<entry>& table);
-void add_none(std::vector<entry>& table);
-void add_nccl(std::vector<entry>& table);
 
 }  // namespace echo_py::torch_ops
