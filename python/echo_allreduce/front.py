@@ -103,8 +103,9 @@ class EchoAllReduce:
 
             ops.require()
             self.device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+            # boxed(): the group as the TorchScript object an op argument takes (as c10d's own ops).
             self._handle = torch.ops.echo.create(
-                group, "nccl" in str(dist.get_backend(group)), self.device.index, self.max_elements, quant, self.bits,
+                group.boxed(), "nccl" in str(dist.get_backend(group)), self.device.index, self.max_elements, quant, self.bits,
                 self.group_size, comp, storage, transport, int(unquantized_below_bytes), float(spin_limit_s))
         elif backend == "reference":
             self._check_reference_entry()

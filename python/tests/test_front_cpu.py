@@ -10,33 +10,20 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed: the front's CPU tests need it")
 import torch.distributed as dist  # noqa: E402
 
-from _ranks import run_ranks  # noqa: E402
+import _ranks  # noqa: E402
+from _ranks import run_ranks, same_bits, to_numpy  # noqa: E402
 from echo_allreduce import reference  # noqa: E402
 
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is unavailable", allow_module_level=True)
 
 P = 2
-NP = {torch.float32: np.float32, torch.float16: np.float16, torch.bfloat16: np.uint16}
 TD = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 STORAGES = sorted({e["storage"] for e in reference.instantiations() if e["comp"] == "error_feedback"})
 
 
-def to_numpy(t):
-    return t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().view(NP[t.dtype])
-
-
-def same_bits(a, b):
-    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
-
-
 def rank_inputs(call, n, dtype, world=P):
-    """Every rank's input of a call, the same on every process (seeded by call and rank)."""
-    out = []
-    for r in range(world):
-        g = torch.Generator().manual_seed(1000 * call + r)
-        out.append((torch.randn(n, generator=g) * (0.01 + r)).to(dtype))
-    return out
+    return _ranks.rank_inputs(call, n, dtype, world)
 
 
 CONFIGS = [
@@ -191,7 +178,9 @@ def _autograd(rank, world):
         want = reference.all_reduce([to_numpy(t) for t in grads], chain=ref_bwd)[rank]
         assert np.array_equal(to_numpy(x.grad), want)
         exact = sum(g.double() for g in grads)
-        step = sum(g.abs().max().item() for g in grads) / 7  # 4-bit groups: half steps of the sends and the sum
+        # 4-bit: half a step (range / 15 <= 2 max / 15) for the send and for the sum, twice over:
+        # error feedback adds the previous call's error back in.
+        step = sum(g.abs().max().item() for g in grads) / 3.5
         assert (x.grad.double() - exact).abs().max().item() <= step
 
 
@@ -246,7 +235,7 @@ def test_ops_are_registered_with_their_schemas():
     for g in (32, 64, 128):
         assert f"zero_aware 4 {g} none - cuda_ipc" in table and f"zero_aware 8 {g} none - cuda_ipc" in table
     assert "none 0 0 none - cuda_ipc" in table and "zero_aware 4 128 none - nccl" in table
-    with pytest.raises(ValueError, match="CUDA device"):
+    with pytest.raises(ValueError, match="cuda:"):
         torch.ops.echo.all_reduce(1, torch.zeros(16), torch.zeros(16), None, False)
     with pytest.raises(ValueError, match="names no live"):
         torch.ops.echo.state_bytes(12345, 16)

@@ -212,10 +212,11 @@ std::vector<std::string> instantiations() {
 }
 
 void cpu_not_supported(int64_t, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, bool) {
-  TORCH_CHECK_VALUE(false, "echo.all_reduce: tensors must be on a CUDA device (on CPU use EchoAllReduce(mode='reference'))");
+  TORCH_CHECK_VALUE(false, "echo.all_reduce: tensors must be on cuda:<this rank's device>, got CPU tensors "
+                           "(on CPU use EchoAllReduce(backend='reference'))");
 }
 void cpu_update_not_supported(int64_t, const at::Tensor&, const at::Tensor&) {
-  TORCH_CHECK_VALUE(false, "echo.update: tensors must be on a CUDA device");
+  TORCH_CHECK_VALUE(false, "echo.update: tensors must be on cuda:<this rank's device>, got CPU tensors");
 }
 
 }  // namespace
