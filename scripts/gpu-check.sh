@@ -1,57 +1,112 @@
 #!/usr/bin/env bash
-# Build Echo on a GPU machine, run every test and the benchmark in one go; logs go to $OUT
-# (the device tool's output folder) or ./gpu-logs.
+# Build Echo on a GPU machine, run the tests and the benchmark in one go; logs go to $OUT (the
+# device tool's output folder) or ./gpu-logs, bundled as logs.tar.gz beside summary.txt.
 #
-#   scripts/gpu-check.sh                 build + all tests + benchmark
+#   scripts/gpu-check.sh                       build + tests + benchmark (default stages)
 #   ECHO_STAGES="build test" scripts/gpu-check.sh
-#   ECHO_BENCH_ARGS="--benchmark_filter=int4" scripts/gpu-check.sh
-#   ECHO_STAGES="bench socket" ...   socket: NCCL forced onto its socket transport over loopback
-#                                    (the stand-in for a link between nodes), NCCL-path variants
+#   ECHO_CTEST_ARGS="-LE ranks"                ctest arguments (here: skip the P = 3, 4, 8 entries)
+#   ECHO_BENCH_ARGS="--benchmark_filter=int4"  echo_bench arguments
+# Stages:
+#   build     configure (Release, sm_90) and build everything
+#   test      ctest (host, install and GPU tests; the soak test included)
+#   legacy    the soak test built against the headers of an older Echo, carried in .legacy/include
+#             (git archive <rev> include | tar -x -C .legacy): shows what the soak finds there
+#   sanitize  compute-sanitizer memcheck and synccheck on a short soak and the features test;
+#             racecheck on the fault tests
+#   bench     benchmark/echo_bench: every variant against NCCL in the same process
+#   socket    NCCL forced onto its socket transport over loopback (the stand-in for a link between
+#             nodes), transport::nccl variants against NCCL
+#   perf      echo_perf (nccl-tests' layout, with error columns), 4-bit with and without error feedback
 #
 # NCCL's multicast switches (NCCL_NVLS_ENABLE=0 on our machines) are left exactly as found.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-logs}
+logs=${TMPDIR:-/tmp}/echo-gpu-logs
 build=${ECHO_BUILD_DIR:-$root/build-gpu}
-stages=${ECHO_STAGES:-build test bench socket}
-mkdir -p "$out"
+stages=${ECHO_STAGES:-build test bench}
+rm -rf "$logs"; mkdir -p "$logs" "$out"
 cd "$root" || exit 1
+summary=$out/summary.txt
+say() { echo "$*" | tee -a "$summary"; }
+# The logs travel as one archive (the device tool returns few files), refreshed after each stage
+# so that a run cut short still returns what it did.
+bundle() { tar -czf "$out/logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null; }
+trap bundle EXIT
 
 {
   date -u
   nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
   nvidia-smi topo -m
   env | grep -E '^(NCCL|CUDA)_' | sort
-} >"$out/machine.txt" 2>&1
-cat "$out/machine.txt"
+} >"$logs/machine.txt" 2>&1
+head -4 "$logs/machine.txt" | tee -a "$summary"
 
 rc=0
 if [[ $stages == *build* ]]; then
   gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
   cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 ${ECHO_CMAKE_ARGS:-} \
-    >"$out/configure.log" 2>&1 || { tail -50 "$out/configure.log"; exit 1; }
+    >"$logs/configure.log" 2>&1 || { tail -50 "$logs/configure.log"; exit 1; }
   start=$SECONDS
   keep=(); [ ${#gen[@]} -gt 0 ] && keep=(-- -k 0)  # build what can be built; report the rest
-  if ! cmake --build "$build" -j"$(nproc)" "${keep[@]}" >"$out/build.log" 2>&1; then
+  if ! cmake --build "$build" -j"$(nproc)" "${keep[@]}" >"$logs/build.log" 2>&1; then
     rc=1
-    grep -E "error|FAILED" "$out/build.log" | head -40
+    grep -E "error|FAILED" "$logs/build.log" | head -40 | tee -a "$summary"
   fi
-  echo "build: $((SECONDS - start)) s"
+  say "build: $((SECONDS - start)) s"
+  bundle
 fi
 if [[ $stages == *test* ]]; then
-  ctest --test-dir "$build" --output-on-failure -j4 ${ECHO_CTEST_ARGS:-} 2>&1 | tee "$out/ctest.log" | grep -vE "^\s+Start " | tail -60
-  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+  start=$SECONDS
+  ctest --test-dir "$build" --output-on-failure -j4 ${ECHO_CTEST_ARGS:-} >"$logs/ctest.log" 2>&1 || rc=1
+  grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|tests failed|^soak |FIRST:|SKIPPED" "$logs/ctest.log" | tee -a "$summary" | tail -70
+  say "test: $((SECONDS - start)) s"
+  bundle
+fi
+if [[ $stages == *legacy* ]]; then
+  if [ -d .legacy/include ]; then
+    nvcc -std=c++17 -O3 -arch=sm_90 -DECHO_SOAK_LEGACY -I.legacy/include -Itest \
+      test/collective/soak.cu test/gpu_main.cu -DECHO_TEST_MIN_GPUS=2 -lnccl -o "$build/soak-legacy" \
+      >"$logs/legacy-build.log" 2>&1 || { rc=1; tail -20 "$logs/legacy-build.log"; }
+    ECHO_SOAK_CALLS=${ECHO_LEGACY_CALLS:-3000} timeout 300 "$build/soak-legacy" -tc='soak: cuda_ipc' >"$logs/legacy-soak.log" 2>&1
+    say "legacy soak (expected to find mismatches): exit $?"
+    grep -E "^soak |FIRST:" "$logs/legacy-soak.log" | tee -a "$summary"
+  else
+    say "legacy: no .legacy/include carried; skipped"
+  fi
+fi
+if [[ $stages == *sanitize* ]]; then
+  cs=compute-sanitizer
+  command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
+  for tool in memcheck synccheck; do
+    ECHO_SOAK_CALLS=150 timeout 280 $cs --tool $tool --error-exitcode 9 --print-limit 20 \
+      "$build/test/gpu/echo_test_collective_soak" >"$logs/sanitize-$tool-soak.log" 2>&1
+    say "compute-sanitizer $tool soak (150 calls a transport): exit $? $(grep -E 'ERROR SUMMARY' "$logs/sanitize-$tool-soak.log" | head -1)"
+  done
+  timeout 200 $cs --tool memcheck --error-exitcode 9 --print-limit 20 "$build/test/gpu/echo_test_collective_all_reduce_features" \
+    -tce='*one rank makes*' >"$logs/sanitize-memcheck-features.log" 2>&1
+  say "compute-sanitizer memcheck features: exit $? $(grep -E 'ERROR SUMMARY' "$logs/sanitize-memcheck-features.log" | head -1)"
+  timeout 200 $cs --tool racecheck --error-exitcode 9 --print-limit 20 "$build/test/gpu/echo_test_collective_faults" \
+    -tc='*bad buffers*,*deferred-update*' >"$logs/sanitize-racecheck-faults.log" 2>&1
+  say "compute-sanitizer racecheck faults: exit $? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$logs/sanitize-racecheck-faults.log" | head -1)"
 fi
 if [[ $stages == *bench* ]]; then
   "$build/benchmark/echo_bench" --benchmark_out="$out/bench.json" --benchmark_out_format=json ${ECHO_BENCH_ARGS:-} \
-    >"$out/bench.log" 2>&1 || rc=1
-  tail -40 "$out/bench.log"
+    >"$logs/bench.log" 2>&1 || rc=1
+  tail -40 "$logs/bench.log" | tee -a "$summary"
 fi
 if [[ $stages == *socket* ]]; then
   NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo ECHO_BENCH_LABEL=nccl-socket \
     ECHO_BENCH_SIZES=${ECHO_SOCKET_SIZES:-64K,1M,16M,64M,256M} \
     "$build/benchmark/echo_bench" --benchmark_filter='^nccl/|echo_nccl_' \
-    --benchmark_out="$out/bench-socket.json" --benchmark_out_format=json >"$out/bench-socket.log" 2>&1 || rc=1
-  tail -12 "$out/bench-socket.log"
+    --benchmark_out="$out/bench-socket.json" --benchmark_out_format=json >"$logs/bench-socket.log" 2>&1 || rc=1
+  tail -12 "$logs/bench-socket.log" | tee -a "$summary"
 fi
+if [[ $stages == *perf* ]]; then
+  for comp in none error_feedback; do
+    "$build/benchmark/echo_perf" -b 64K -e 1G -f 4 -c $comp ${ECHO_PERF_ARGS:-} >"$logs/perf-$comp.log" 2>&1 || rc=1
+    tee -a "$summary" <"$logs/perf-$comp.log"
+  done
+fi
+bundle
 exit $rc

@@ -4,11 +4,14 @@
 #include "support/gpu_harness.cuh"
 
 #include <chrono>
+#include <cmath>
 
 using namespace echo_test;
 using za4 = echo::quant::zero_aware<4, 128>;
 using ef16 = echo::comp::error_feedback<echo::bfloat16_t>;
 using ef32 = echo::comp::error_feedback<float>;
+using ef8 = echo::comp::error_feedback<echo::comp::int8_state>;
+using ef4 = echo::comp::error_feedback<echo::comp::int4_state>;
 using bf16 = echo::bfloat16_t;
 
 TEST_CASE("20 calls on one error_feedback chain follow the reference chain") {
@@ -16,6 +19,10 @@ TEST_CASE("20 calls on one error_feedback chain follow the reference chain") {
   for (int k = 0; k < 20; ++k) a.step(100003);
   reference_check<za4, ef16, echo::half_t> b(100003);
   for (int k = 0; k < 20; ++k) b.step(100003);
+  reference_check<za4, ef8, bf16> c(100003);
+  for (int k = 0; k < 20; ++k) c.step(100003);
+  reference_check<echo::quant::zero_aware<8, 64>, ef4, float> d(100003);
+  for (int k = 0; k < 20; ++k) d.step(100003);
 }
 
 TEST_CASE("a shape change resets the chain, as in the reference") {
@@ -28,7 +35,7 @@ TEST_CASE("a shape change resets the chain, as in the reference") {
 
 TEST_CASE("in place equals out of place") {
   echo::all_reduce_options opt;
-  opt.workspace_bytes = size_t(1) << 20;  // and stream through the workspace in rounds
+  opt.workspace_bytes = size_t(1) << 20;  // and wrap around the rings
   reference_check<za4, ef16, bf16> rc(1000003, opt);
   for (int k = 0; k < 3; ++k) rc.step(1000003, /*in_place=*/true);
   rc.step(4097, true);
@@ -41,6 +48,10 @@ TEST_CASE("deferred state update gives the fused result") {
   for (int k = 0; k < 5; ++k) rc.step(300001, false, echo::state_update::deferred);
   reference_check<echo::quant::symmetric<8, 32>, ef32, float> rc2(4097);
   for (int k = 0; k < 3; ++k) rc2.step(4097, false, echo::state_update::deferred);
+  if (runnable<echo::transport::nccl>()) {
+    reference_check<za4, ef8, bf16, echo::transport::nccl> rc3(300001);
+    for (int k = 0; k < 4; ++k) rc3.step(300001, false, k % 2 ? echo::state_update::deferred : echo::state_update::fused);
+  }
 }
 
 TEST_CASE("quant::none: the exact fp32 sum, rounded once") {
@@ -62,11 +73,11 @@ TEST_CASE("other bit widths: 2, 3 and 6 bits") {
 TEST_CASE("CUDA graph capture, then 100 replays with fresh inputs") {
   const size_t n = 65537;
   reference_check<za4, ef16, bf16> rc(n);
-  rc.step(n);  // the chain's shape is set outside the graph
+  rc.step(n);
   const int P = rc.ranks();
   std::vector<cudaGraphExec_t> execs(P);
   for (int r = 0; r < P; ++r) {
-    ECHO_TEST_CUDA(cudaSetDevice(r));
+    ECHO_TEST_CUDA(cudaSetDevice(rc.in(r).device));
     cudaGraph_t g;
     ECHO_TEST_CUDA(cudaStreamBeginCapture(rc.stream(r), cudaStreamCaptureModeThreadLocal));
     const echo::status s = rc.ar(r)(rc.in(r).ptr, rc.out(r).ptr, n, rc.stream(r), rc.chain(r));
@@ -78,13 +89,13 @@ TEST_CASE("CUDA graph capture, then 100 replays with fresh inputs") {
   for (int it = 0; it < 100; ++it) {
     const auto host_in = rc.upload_random(n);
     for (int r = 0; r < P; ++r) {
-      ECHO_TEST_CUDA(cudaSetDevice(r));
+      ECHO_TEST_CUDA(cudaSetDevice(rc.in(r).device));
       ECHO_TEST_CUDA(cudaGraphLaunch(execs[r], rc.stream(r)));
     }
     rc.finish(host_in, n);
   }
   for (int r = 0; r < P; ++r) {
-    cudaSetDevice(r);
+    cudaSetDevice(rc.in(r).device);
     cudaGraphExecDestroy(execs[r]);
   }
 }
@@ -102,11 +113,11 @@ TEST_CASE("two chains interleaved on two streams") {
   }
 }
 
-TEST_CASE("size dispatch: small calls take the 16-bit one-shot path, large ones the quantized path") {
+TEST_CASE("size dispatch: small calls take the unquantized one-shot path, large ones the quantized path") {
   echo::all_reduce_options opt;
-  opt.passthrough_below_bytes = 1 << 20;
+  opt.unquantized_below_bytes = 1 << 20;
   reference_check<za4, echo::comp::none, bf16> rc(600000, opt);
-  CHECK(rc.ar(0).passthrough_below_bytes() == (1u << 20));
+  CHECK(rc.ar(0).unquantized_below_bytes() == (1u << 20));
   // Small calls (one-shot, in place and not) interleaved with large ones (the pipeline), so the
   // one-shot halves alternate and both paths share epochs; each against its own reference.
   const size_t small[] = {1, 4097, 100003, 524287};
@@ -117,7 +128,7 @@ TEST_CASE("size dispatch: small calls take the 16-bit one-shot path, large ones 
     for (int r = 0; r < rc.ranks(); ++r)
       REQUIRE(rc.ar(r)(rc.in(r).ptr, in_place ? rc.in(r).ptr : rc.out(r).ptr, n, rc.stream(r)) == echo::status::success);
     for (int r = 0; r < rc.ranks(); ++r) {
-      ECHO_TEST_CUDA(cudaSetDevice(r));
+      ECHO_TEST_CUDA(cudaSetDevice(rc.in(r).device));
       ECHO_TEST_CUDA(cudaStreamSynchronize(rc.stream(r)));
       REQUIRE(rc.ar(r).check() == echo::status::success);
     }
@@ -132,11 +143,12 @@ TEST_CASE("size dispatch: small calls take the 16-bit one-shot path, large ones 
   }
 }
 
-TEST_CASE("by default the dispatch table decides the 16-bit threshold") {
+TEST_CASE("by default the dispatch table decides the unquantized threshold") {
   auto ars = make_all<echo::all_reduce<za4>>(1000);
   cudaDeviceProp prop{};
   ECHO_TEST_CUDA(cudaGetDeviceProperties(&prop, 0));
-  CHECK(ars[0]->passthrough_below_bytes() == echo::lookup_dispatch(prop.name, static_cast<int>(ars.size())).passthrough_below);
+  CHECK(ars[0]->unquantized_below_bytes() ==
+        echo::lookup_dispatch(prop.name, static_cast<int>(ars.size()), "cuda_ipc", "p2p").unquantized_below);
 }
 
 TEST_CASE("the runtime-dtype call equals the typed call") {
@@ -167,6 +179,7 @@ TEST_CASE("invalid arguments are rejected without a launch, and the object stays
   CHECK(ar(in, out, 100, s, &small) == st::invalid_argument);        // chain too small
   CHECK(ar(in, in, 100, s, rc.chain(0), echo::state_update::deferred) == st::invalid_argument);
   CHECK(ar(static_cast<echo::dtype>(7), in, out, 100, s, rc.chain(0)) == st::invalid_argument);
+  CHECK(std::string(ar.last_error()).find("dtype") != std::string::npos);
   CHECK(ar(in, out, 0, s, rc.chain(0)) == st::success);  // n = 0: nothing to do
   CHECK(cudaGetLastError() == cudaSuccess);            // no sticky error left behind
   for (int k = 0; k < 2; ++k) rc.step(10000);          // still works, and the chain is intact
@@ -178,7 +191,7 @@ TEST_CASE("a call that only one rank makes times out within the spin limit, then
   reference_check<za4, echo::comp::none, bf16> rc(100000, opt);
   rc.step(100000);  // a good call first
   auto& ar = rc.ar(0);
-  ECHO_TEST_CUDA(cudaSetDevice(0));
+  ECHO_TEST_CUDA(cudaSetDevice(rc.in(0).device));
   const auto t0 = std::chrono::steady_clock::now();
   REQUIRE(ar(rc.in(0).ptr, rc.out(0).ptr, 100000, rc.stream(0)) == echo::status::success);  // launched
   ECHO_TEST_CUDA(cudaStreamSynchronize(rc.stream(0)));  // returns: no hang
@@ -187,13 +200,20 @@ TEST_CASE("a call that only one rank makes times out within the spin limit, then
   CHECK(secs < 5.0);
   CHECK(ar(rc.in(0).ptr, rc.out(0).ptr, 100000, rc.stream(0)) == echo::status::poisoned);
   CHECK(cudaGetLastError() == cudaSuccess);
+  // The peers were told (the abort word): their next launch gives up at once instead of waiting.
+  for (int r = 1; r < rc.ranks(); ++r) {
+    ECHO_TEST_CUDA(cudaSetDevice(rc.in(r).device));
+    REQUIRE(rc.ar(r)(rc.in(r).ptr, rc.out(r).ptr, 100000, rc.stream(r)) == echo::status::success);
+    ECHO_TEST_CUDA(cudaStreamSynchronize(rc.stream(r)));
+    CHECK(rc.ar(r).check() == echo::status::timeout);
+  }
 }
 
 TEST_CASE("one rank: an exact copy") {
   auto comms = echo::communicator::local({0}, false);
   echo::all_reduce<za4> ar(comms[0], 1000);
-  std::mt19937_64 rng(seed());
-  const auto h = random_input<bf16>(rng, 1000);
+  echo_test::rng rng(seed());
+  const auto h = random_elements<bf16>(rng, 1000);
   device_buffer<bf16> in(0, 1000), out(0, 1000);
   in.upload(h);
   REQUIRE(ar(in.ptr, out.ptr, 1000, nullptr) == echo::status::success);
@@ -213,7 +233,7 @@ TEST_CASE("a NaN poisons its group for one call only, as in the reference") {
     rc.launch(n);
     rc.finish(host_in, n);
     size_t nans = 0;
-    for (const bf16& v : rc.out(0).download(n)) nans += is_nan(v);
+    for (const bf16& v : rc.out(0).download(n)) nans += std::isnan(widen(v));
     CHECK(nans == (k == 0 ? 128u : 0u));  // the NaN's group of 128, then nothing
   }
 }

@@ -15,11 +15,11 @@ using echo::bfloat16_t;
 using echo::half_t;
 namespace comp = echo::comp;
 
-static_assert(comp::error_feedback<>::enabled, "");
-static_assert(std::is_same<comp::error_feedback<>::storage, float>::value, "fp32 storage by default");
+static_assert(comp::error_feedback<>::keeps_state, "");
+static_assert(std::is_same<comp::error_feedback<>::storage, comp::int8_state>::value, "int8 codes of the error by default");
 static_assert(std::is_same<comp::error_feedback<bfloat16_t>::storage, bfloat16_t>::value, "");
 static_assert(std::is_same<comp::error_feedback<half_t>::storage, half_t>::value, "");
-static_assert(!comp::none::enabled, "");
+static_assert(!comp::none::keeps_state, "");
 // error_feedback<double> or <int> is rejected by a static_assert (not testable at run time).
 
 TEST_CASE_TEMPLATE("error_feedback<Storage>: chain_state stores errors rounded to nearest even", S, float, bfloat16_t,
@@ -36,8 +36,7 @@ TEST_CASE_TEMPLATE("error_feedback<Storage>: chain_state stores errors rounded t
     const double u = rng.uniform(0.0f, 1.0f);
     e[k] = u < 0.1 ? rng.normal(0.0f, 1e-6f) : u < 0.2 ? rng.normal(0.0f, 1e4f) : rng.normal(0.0f, 0.1f);
   }
-  for (int r = 0; r < P; ++r)
-    for (size_t k = 0; k < n; ++k) ch.set_error(r, k, e[r * n + k]);
+  for (int r = 0; r < P; ++r) ch.set_errors(r, std::vector<float>(e.begin() + r * n, e.begin() + (r + 1) * n), n);
   for (int r = 0; r < P; ++r)
     for (size_t k = 0; k < n; ++k) {
       const float want = echo_test::widen(echo_test::narrow<S>(e[r * n + k]));
@@ -79,4 +78,37 @@ TEST_CASE_TEMPLATE("error_feedback<Storage>: after one call the stored errors ar
     CHECK(nonzero > 0);
   }
   CHECK(fails.failures == 0);
+}
+
+TEST_CASE_TEMPLATE("int8_state / int4_state: the error as codes of a symmetric grid per 32 values", S, comp::int8_state,
+                   comp::int4_state) {
+  using chain = echo::reference::chain_state<comp::error_feedback<S>>;
+  using grid = echo::quant::symmetric<S::bits, 32>;
+  ECHO_TEST_RNG(rng);
+  echo_test::failure_counter fails;
+  for (size_t n : {size_t(1), size_t(31), size_t(33), size_t(4097)}) {
+    CAPTURE(n);
+    chain ch(1, n);
+    ch.begin_call(n);
+    std::vector<float> e(n);
+    for (size_t k = 0; k < n; ++k) e[k] = (k / 32) % 5 == 0 ? 0.0f : rng.normal(0.0f, rng.log_uniform(-6.0f, 2.0f));
+    ch.set_errors(0, e, n);
+    for (size_t b = 0; b < n; b += 32) {
+      double m = 0.0;
+      for (size_t k = b; k < std::min(n, b + 32); ++k) m = std::max(m, std::fabs(static_cast<double>(e[k])));
+      // the group's step: max |e| / (2^(b-1) - 1) rounded up to fp16, which has no step below 2^-24
+      const double step = std::max(m / ((1 << (S::bits - 1)) - 1), std::ldexp(1.0, -24));
+      for (size_t k = b; k < std::min(n, b + 32); ++k) {
+        const double got = ch.error(0, k);
+        // half a step of the group's own grid (its fp16 step is rounded up: allow 0.1 %)
+        ECHO_EXPECT(fails, std::fabs(got - e[k]) <= 0.5 * step * 1.001 + 1e-30,
+                    "k " << k << ": error " << e[k] << " stored as " << got << " (group max " << m << ")");
+        if (e[k] == 0.0f) ECHO_EXPECT(fails, got == 0.0, "a zero error must read back as 0, got " << got);
+      }
+    }
+  }
+  CHECK(fails.failures == 0);
+  static_assert(grid::max_code == (1u << S::bits) - 1, "");
+  // bytes: codes, then a 2-byte step per 32 values
+  CHECK(comp::state_storage<S>::bytes(4096) == 4096 * S::bits / 8 + 4096 / 32 * 2);
 }

@@ -1,6 +1,7 @@
 // quant/group_params.cuh: group statistics, the fp16 scale rule, and the supported configurations.
 #include <echo/quant/group_params.cuh>
 #include <echo/quant/zero_aware.cuh>
+#include <echo/quant/none.cuh>
 
 #include <doctest/doctest.h>
 
@@ -23,7 +24,7 @@ TEST_CASE("supported_bits / supported_group list exactly the documented configur
   }
   static_assert(eq::detail::supported_bits(4) && !eq::detail::supported_bits(5), "usable in constant expressions");
   static_assert(eq::zero_aware<4, 128>::max_code == 15 && eq::zero_aware<8, 32>::max_code == 255, "");
-  static_assert(!eq::zero_aware<4, 128>::passthrough, "");
+  static_assert(eq::zero_aware<4, 128>::quantizes && !echo::quant::none::quantizes, "");
 }
 
 TEST_CASE("group_stats: min, max and finiteness; merge equals adding everything") {

@@ -57,8 +57,8 @@ std::vector<T> model(const ranks_data<T>& d) {
     std::vector<std::vector<float>> term(static_cast<size_t>(P), std::vector<float>(len));
     for (int i = 0; i < P; ++i) {
       for (size_t k = 0; k < len; ++k) term[i][k] = echo_test::widen(d.in[i][b + k]);
-      if constexpr (!Q::passthrough)
-        if (i != j) term[i] = echo_test::encode_decode<Q>(term[i]).decoded;  // (passthrough: T values travel exactly)
+      if constexpr (Q::quantizes)
+        if (i != j) term[i] = echo_test::encode_decode<Q>(term[i]).decoded;  // (quant::none: T values travel exactly)
     }
     std::vector<float> S(len);
     for (size_t k = 0; k < len; ++k) {
@@ -67,7 +67,7 @@ std::vector<T> model(const ranks_data<T>& d) {
       S[k] = acc;
     }
     std::vector<float> g = S;
-    if constexpr (!Q::passthrough) g = echo_test::encode_decode<Q>(S).decoded;
+    if constexpr (Q::quantizes) g = echo_test::encode_decode<Q>(S).decoded;
     for (size_t k = 0; k < len; ++k) out[b + k] = echo_test::narrow<T>(g[k]);
   }
   return out;
@@ -123,7 +123,7 @@ TEST_CASE_TEMPLATE("every rank gets identical outputs, the model's: at most two 
     const std::vector<T> want = model<Q, T>(d);
     CHECK(echo_test::first_difference(d.out[0].data(), want.data(), n) == n);
     REQUIRE(quantizations.size() == n);
-    const uint8_t depth = Q::passthrough ? 0 : 2;
+    const uint8_t depth = Q::quantizes ? 2 : 0;
     size_t wrong = 0;
     for (uint8_t q : quantizations) wrong += q != depth;
     CHECK(wrong == 0);

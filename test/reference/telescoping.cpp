@@ -33,7 +33,7 @@ std::vector<double> stream_error(echo_test::rng& rng, int P, size_t n) {
   auto out = d.out_ptrs();
   for (int k = 0; k < K; ++k) {
     d.randomize(rng, 128, -1.0f, 0.0f);  // partials of magnitude ~0.1..1, fresh each call
-    ar(d.in_ptrs(), out, n, Comp::enabled ? &ch : nullptr);
+    ar(d.in_ptrs(), out, n, Comp::keeps_state ? &ch : nullptr);
     REQUIRE(d.outputs_identical());
     double sq = 0.0;
     for (size_t e = 0; e < n; ++e) {

@@ -1,40 +1,137 @@
-// Shared machinery of the GPU tests: local communicators, device buffers, random inputs, and
-// comparison of device outputs with echo::reference bit for bit.
+// Shared machinery of the GPU tests: local communicators (P ranks over the visible GPUs, several
+// ranks a GPU when ECHO_TEST_RANKS asks for more ranks than GPUs), one worker thread a rank,
+// device buffers, and reference_check: device outputs against echo::reference bit for bit, call
+// after call, for either transport. Random inputs and bit comparisons are the host tests' own
+// (support/random.hpp, support/bits.hpp): one dialect for every test.
 #pragma once
 
 #include <doctest/doctest.h>
 #include <echo/echo.cuh>
 
+#include "support/bits.hpp"
+#include "support/random.hpp"
+
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
-#include <random>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace echo_test {
 
 #define ECHO_TEST_CUDA(expr) REQUIRE_MESSAGE((expr) == cudaSuccess, #expr ": ", cudaGetErrorString(cudaGetLastError()))
 
+/// The seed of this test run (ECHO_TEST_SEED replays one), printed by every failing check.
 inline uint64_t seed() {
-  static const uint64_t s = [] {
-    if (const char* e = std::getenv("ECHO_TEST_SEED")) return static_cast<uint64_t>(std::strtoull(e, nullptr, 10));
-    return static_cast<uint64_t>(std::random_device{}());
-  }();
+  static const uint64_t s = fresh_seed();
   return s;
 }
 
-/// Ranks of this process: every visible GPU up to `max` (tests are written for any P, run at 2).
+inline int gpu_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  (void)cudaGetLastError();
+  return n;
+}
+
+/// Ranks of the tests: ECHO_TEST_RANKS if set (1..8; rank r on GPU r % gpus), else one a GPU.
+inline int test_ranks() {
+  const int gpus = gpu_count();
+  int P = gpus < echo::communicator::max_ranks ? gpus : echo::communicator::max_ranks;
+  if (const char* e = std::getenv("ECHO_TEST_RANKS")) P = std::atoi(e);
+  const bool in_range = P >= 1 && P <= echo::communicator::max_ranks;
+  REQUIRE_MESSAGE(in_range, "ECHO_TEST_RANKS out of range");
+  return P;
+}
+
+inline std::vector<int> rank_devices(int P) {
+  const int gpus = gpu_count();
+  std::vector<int> d;
+  for (int r = 0; r < P; ++r) d.push_back(r % gpus);
+  return d;
+}
+
+/// Communicators of the test ranks without NCCL (transport::cuda_ipc).
 inline std::vector<echo::communicator>& local_comms() {
-  static std::vector<echo::communicator> comms = [] {
-    int count = 0;
-    cudaGetDeviceCount(&count);
-    std::vector<int> devs;
-    for (int d = 0; d < count && d < echo::communicator::max_ranks; ++d) devs.push_back(d);
-    return echo::communicator::local(devs, /*with_nccl=*/false);
-  }();
+  static std::vector<echo::communicator> comms = echo::communicator::local(rank_devices(test_ranks()), false);
   return comms;
 }
+
+/// Communicators with NCCL (transport::nccl); NCCL refuses two ranks on one GPU, so only when
+/// every rank has its own GPU (else nullptr: such tests report themselves skipped).
+inline std::vector<echo::communicator>* nccl_comms() {
+  static std::unique_ptr<std::vector<echo::communicator>> comms = []() -> std::unique_ptr<std::vector<echo::communicator>> {
+    const int P = test_ranks();
+    if (P > gpu_count()) return nullptr;
+    return std::make_unique<std::vector<echo::communicator>>(echo::communicator::local(rank_devices(P), true));
+  }();
+  return comms.get();
+}
+
+template <class Transport>
+std::vector<echo::communicator>* comms_for() {
+  if constexpr (std::is_same<Transport, echo::transport::nccl>::value) return nccl_comms();
+  else return &local_comms();
+}
+
+/// One persistent worker thread a rank: run(f) calls f(r) on every rank's thread at once and
+/// waits for all (transport::nccl needs a thread a rank; cuda_ipc does not mind).
+class rank_pool {
+ public:
+  explicit rank_pool(int P) : P_(P), devices_(rank_devices(P)) {
+    for (int r = 0; r < P; ++r) threads_.emplace_back([this, r] { loop(r); });
+  }
+  ~rank_pool() {
+    {
+      std::lock_guard<std::mutex> lk(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void run(const std::function<void(int)>& f) {
+    std::unique_lock<std::mutex> lk(m_);
+    job_ = &f;
+    left_ = P_;
+    ++generation_;
+    cv_.notify_all();
+    done_.wait(lk, [&] { return left_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  void loop(int r) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int)>* job;
+      {
+        std::unique_lock<std::mutex> lk(m_);
+        cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      cudaSetDevice(devices_[static_cast<size_t>(r)]);
+      (*job)(r);
+      std::lock_guard<std::mutex> lk(m_);
+      if (--left_ == 0) done_.notify_all();
+    }
+  }
+  int P_;
+  std::vector<int> devices_;
+  std::vector<std::thread> threads_;
+  std::mutex m_;
+  std::condition_variable cv_, done_;
+  const std::function<void(int)>* job_ = nullptr;
+  int left_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
 
 template <class T>
 struct device_buffer {
@@ -71,47 +168,18 @@ struct device_buffer {
   }
 };
 
-/// Random values with outliers and exact zeros: the distribution a residual stream sees.
-template <class T>
-std::vector<T> random_input(std::mt19937_64& rng, size_t n) {
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  std::vector<T> v(n);
-  for (auto& x : v) {
-    float f = nd(rng);
-    const float r = u(rng);
-    if (r < 0.01f) f *= 20.0f;  // outliers
-    else if (r < 0.02f) f = 0.0f;
-    x = echo::element_traits<T>::from_float(f);
-  }
-  return v;
-}
-
-template <class T>
-uint32_t bits_of(T v) {
-  uint32_t b = 0;
-  std::memcpy(&b, &v, sizeof(T));
-  return b;
-}
-
-template <class T>
-bool is_nan(T v) {
-  const float f = echo::element_traits<T>::to_float(v);
-  return f != f;
-}
-
-/// Index of the first element where a and b differ bitwise (NaN equals NaN), or -1.
+/// Index of the first element where a and b differ (same_bits: NaN equals NaN), or -1.
 template <class T>
 long long first_mismatch(const std::vector<T>& a, const std::vector<T>& b) {
-  for (size_t i = 0; i < a.size(); ++i)
-    if (bits_of(a[i]) != bits_of(b[i]) && !(is_nan(a[i]) && is_nan(b[i]))) return static_cast<long long>(i);
-  return -1;
+  const size_t k = first_difference(a.data(), b.data(), std::min(a.size(), b.size()));
+  return k == std::min(a.size(), b.size()) && a.size() == b.size() ? -1 : static_cast<long long>(k);
 }
 
-/// Builds one echo::all_reduce per rank collectively.
-template <class AR>
+/// Builds one echo::all_reduce per rank collectively (nullptr-free: the test skips a transport
+/// that cannot run at this P before it gets here).
+template <class AR, class Transport = echo::transport::cuda_ipc>
 std::vector<std::unique_ptr<AR>> make_all(size_t max_elements, typename AR::options opt = {}) {
-  auto& comms = local_comms();
+  auto& comms = *comms_for<Transport>();
   std::vector<std::unique_ptr<AR>> ars(comms.size());
   echo::for_each_rank(comms, [&](const echo::communicator& c) {
     ars[static_cast<size_t>(c.rank())] = std::make_unique<AR>(c, max_elements, opt);
@@ -119,43 +187,58 @@ std::vector<std::unique_ptr<AR>> make_all(size_t max_elements, typename AR::opti
   return ars;
 }
 
+/// Whether Transport can run at this P; prints why not (the test then returns early, and
+/// reports so in its output).
+template <class Transport>
+bool runnable() {
+  if (comms_for<Transport>()) return true;
+  MESSAGE("SKIPPED here: transport::nccl needs a GPU a rank (NCCL refuses two ranks on one GPU)");
+  return false;
+}
+
 /// Device outputs against echo::reference, call after call, on one chain per side.
-template <class Q, class C, class T>
+template <class Q, class C, class T, class Transport = echo::transport::cuda_ipc>
 class reference_check {
  public:
-  using AR = echo::all_reduce<Q, echo::transport::cuda_ipc, C>;
+  using AR = echo::all_reduce<Q, Transport, C>;
   using chain_t = typename AR::chain_type;
 
-  /// The size dispatch would send small calls down the 16-bit path; a check of Q forces Q unless
-  /// the caller sets passthrough_below_bytes itself.
+  /// The size dispatch would send small calls down the unquantized path; a check of Q forces Q
+  /// unless the caller sets unquantized_below_bytes itself.
   static typename AR::options forced(typename AR::options opt) {
-    if (opt.passthrough_below_bytes < 0) opt.passthrough_below_bytes = 0;
+    if (opt.unquantized_below_bytes < 0) opt.unquantized_below_bytes = 0;
     return opt;
   }
 
   reference_check(size_t max_elements, typename AR::options opt = {})
-      : P_(static_cast<int>(local_comms().size())), ars_(make_all<AR>(max_elements, forced(opt))), ref_(P_),
-        ref_chain_(P_, max_elements), rng_(seed()) {
+      : P_(static_cast<int>(comms_for<Transport>()->size())), ars_(make_all<AR, Transport>(max_elements, forced(opt))), ref_(P_),
+        ref_chain_(P_, max_elements), rng_(seed()), pool_(P_) {
+    const auto devs = rank_devices(P_);
     for (int r = 0; r < P_; ++r) {
-      ECHO_TEST_CUDA(cudaSetDevice(r));
+      ECHO_TEST_CUDA(cudaSetDevice(devs[r]));
       cudaStream_t s;
       ECHO_TEST_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
       streams_.push_back(s);
-      if constexpr (C::enabled) chains_.push_back(std::make_unique<chain_t>(max_elements));
-      in_.emplace_back(r, max_elements);
-      out_.emplace_back(r, max_elements);
+      if constexpr (C::keeps_state) chains_.push_back(std::make_unique<chain_t>(max_elements));
+      in_.emplace_back(devs[r], max_elements);
+      out_.emplace_back(devs[r], max_elements);
     }
   }
   ~reference_check() {
     for (int r = 0; r < P_; ++r) {
-      cudaSetDevice(r);
+      cudaSetDevice(in_[r].device);
+      cudaStreamSynchronize(streams_[static_cast<size_t>(r)]);
       cudaStreamDestroy(streams_[static_cast<size_t>(r)]);
     }
   }
 
   AR& ar(int r) { return *ars_[static_cast<size_t>(r)]; }
   cudaStream_t stream(int r) { return streams_[static_cast<size_t>(r)]; }
-  chain_t* chain(int r) { return C::enabled ? chains_[static_cast<size_t>(r)].get() : nullptr; }
+  chain_t* chain(int r) {
+    if constexpr (C::keeps_state) return chains_[static_cast<size_t>(r)].get();
+    else return nullptr;
+  }
+  rank_pool& pool() { return pool_; }
 
   /// One call on fresh random inputs of n elements; every rank's output must equal the
   /// reference's bit for bit.
@@ -169,29 +252,32 @@ class reference_check {
   std::vector<std::vector<T>> upload_random(size_t n) {
     std::vector<std::vector<T>> host_in(static_cast<size_t>(P_));
     for (int r = 0; r < P_; ++r) {
-      host_in[r] = random_input<T>(rng_, n);
+      host_in[r] = random_elements<T>(rng_, n);
       in_[r].upload(host_in[r]);
     }
     return host_in;
   }
 
-  /// Launch the call on every rank (no synchronisation).
+  /// Launch the call on every rank (each from its own thread; no synchronisation).
   void launch(size_t n, bool in_place = false, echo::state_update mode = echo::state_update::fused) {
-    for (int r = 0; r < P_; ++r) {
+    std::vector<echo::status> st(static_cast<size_t>(P_)), up(static_cast<size_t>(P_), echo::status::success);
+    pool_.run([&](int r) {
       T* out = in_place ? in_[r].ptr : out_[r].ptr;
-      const echo::status s = ar(r)(in_[r].ptr, out, n, stream(r), chain(r), mode);
-      REQUIRE_MESSAGE(s == echo::status::success, echo::to_string(s));
-    }
-    if constexpr (C::enabled) {
-      if (mode == echo::state_update::deferred)
-        for (int r = 0; r < P_; ++r) REQUIRE(ar(r).update(in_[r].ptr, n, stream(r), *chain(r)) == echo::status::success);
+      st[r] = ar(r)(in_[r].ptr, out, n, stream(r), chain(r), mode);
+      if constexpr (C::keeps_state)
+        if (mode == echo::state_update::deferred && st[r] == echo::status::success)
+          up[r] = ar(r).update(in_[r].ptr, n, stream(r), *chain(r));
+    });
+    for (int r = 0; r < P_; ++r) {
+      REQUIRE_MESSAGE(st[r] == echo::status::success, echo::to_string(st[r]), " (", ar(r).last_error(), ")");
+      REQUIRE(up[r] == echo::status::success);
     }
   }
 
   /// Wait for every rank, then compare with the reference.
   void finish(const std::vector<std::vector<T>>& host_in, size_t n, bool in_place = false) {
     for (int r = 0; r < P_; ++r) {
-      ECHO_TEST_CUDA(cudaSetDevice(r));
+      ECHO_TEST_CUDA(cudaSetDevice(in_[r].device));
       ECHO_TEST_CUDA(cudaStreamSynchronize(stream(r)));
       REQUIRE(ar(r).check() == echo::status::success);
     }
@@ -207,22 +293,22 @@ class reference_check {
       ri.push_back(host_in[r].data());
       ro.push_back(want[r].data());
     }
-    if constexpr (C::enabled) ref_(ri, ro, n, &ref_chain_);
+    if constexpr (C::keeps_state) ref_(ri, ro, n, &ref_chain_);
     else ref_(ri, ro, n);
     for (int r = 0; r < P_; ++r) {
       const std::vector<T> got = (in_place ? in_[r] : out_[r]).download(n);
       const long long bad = first_mismatch(got, want[r]);
-      INFO("rank " << r << " n " << n << " seed " << seed() << " quant " << Q::name << " comp " << C::name);
+      INFO("rank " << r << " of " << P_ << ", n " << n << ", seed " << seed() << ", " << Transport::name << " "
+                   << Q::name << "<" << Q::bits << "," << Q::group << "> " << C::name << " " << type_name<T>());
       if (bad >= 0)
-        INFO("first mismatch at " << bad << ": device " << echo::element_traits<T>::to_float(got[bad]) << " reference "
-                                  << echo::element_traits<T>::to_float(want[r][bad]));
+        INFO("first mismatch at " << bad << ": device " << widen(got[bad]) << " reference " << widen(want[r][bad]));
       REQUIRE(bad == -1);
     }
   }
 
   device_buffer<T>& in(int r) { return in_[static_cast<size_t>(r)]; }
   device_buffer<T>& out(int r) { return out_[static_cast<size_t>(r)]; }
-  std::mt19937_64& rng() { return rng_; }
+  rng& random() { return rng_; }
   int ranks() const { return P_; }
   echo::reference::chain_state<C>& ref_chain() { return ref_chain_; }
 
@@ -231,7 +317,8 @@ class reference_check {
   std::vector<std::unique_ptr<AR>> ars_;
   echo::reference::all_reduce<Q, C> ref_;
   echo::reference::chain_state<C> ref_chain_;
-  std::mt19937_64 rng_;
+  rng rng_;
+  rank_pool pool_;
   std::vector<cudaStream_t> streams_;
   std::vector<std::unique_ptr<chain_t>> chains_;
   std::vector<device_buffer<T>> in_, out_;

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace {
@@ -119,6 +120,28 @@ TEST_CASE_TEMPLATE("packet round trip agrees with the policy's fit/encode/decode
 }
 
 #if ECHO_QUANT_ZERO_EXACT
+TEST_CASE_TEMPLATE("encode rounds x * inv (+ the zero code) once: the nearest code computed in double, ties to even", Q,
+                   ECHO_QUANT_TYPES) {
+  // The contract (quant/*.cuh): the product and the shift by the zero code are fused, never
+  // rounded on their own. In double both are exact for the magnitudes that do not clamp.
+  ECHO_TEST_RNG(rng);
+  failure_counter fails;
+  const bool naive = std::string(Q::name) == "naive_zero_point";
+  for (int rep = 0; rep < 20; ++rep) {
+    const std::vector<float> x = echo_test::activations(rng, Q::group, Q::group);
+    echo::quant::group_stats st = echo::quant::group_stats::empty();
+    for (float v : x) st.add(v);
+    const echo::quant::group_params p = Q::unpack(Q::fit(st));
+    const double zero_code = static_cast<double>(p.bias) - 12582912.0;
+    for (float v : x) {
+      const double t = naive ? static_cast<double>(v - p.offset) * p.inv : static_cast<double>(v) * p.inv + zero_code;
+      const double q = std::min(std::max(std::nearbyint(t), 0.0), static_cast<double>(Q::max_code));
+      ECHO_EXPECT(fails, Q::encode(v, p) == static_cast<uint32_t>(q), "x = " << v << ": code " << Q::encode(v, p) << ", want " << q);
+    }
+  }
+  CHECK(fails.failures == 0);
+}
+
 TEST_CASE_TEMPLATE("zero exactness: exact zeros decode to exactly 0", Q, ECHO_QUANT_TYPES) {
   ECHO_TEST_RNG(rng);
   failure_counter fails;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <doctest/doctest.h>
+#include <echo/dtype.cuh>
 
 #include <algorithm>
 #include <cmath>
@@ -87,6 +88,21 @@ inline std::vector<float> uniform_values(rng& r, size_t n, float a = 1.0f) {
   std::vector<float> v(n);
   for (auto& x : v) x = r.uniform(-a, a);
   if (std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; })) v[0] = a;
+  return v;
+}
+
+/// n values of T the way a residual stream looks to an all-reduce: normal, 1 % outliers twenty
+/// times larger, 1 % exact zeros; rounded to T. The GPU tests' and the rank processes' inputs.
+template <class T>
+std::vector<T> random_elements(rng& r, size_t n) {
+  std::vector<T> v(n);
+  for (auto& x : v) {
+    float f = r.normal();
+    const float u = r.uniform(0.0f, 1.0f);
+    if (u < 0.01f) f *= 20.0f;
+    else if (u < 0.02f) f = 0.0f;
+    x = echo::element_traits<T>::from_float(f);
+  }
   return v;
 }
 

@@ -61,10 +61,4 @@ inline std::vector<int> spawn_ranks(int P, const char* boot, const char* transpo
   return codes;
 }
 
-inline int gpu_count(int max) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
-  return n < max ? n : max;
-}
-
 }  // namespace echo_test

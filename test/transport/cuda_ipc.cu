@@ -4,14 +4,21 @@
 #include "support/gpu_harness.cuh"
 #include "support/spawn_ranks.hpp"
 
+#include <algorithm>
+
 TEST_CASE("one process per GPU, bootstrapped by a user all-gather callback") {
-  for (int code : echo_test::spawn_ranks(echo_test::gpu_count(8), "callback", "cuda_ipc", echo_test::seed()))
+  for (int code : echo_test::spawn_ranks(std::min(echo_test::gpu_count(), 8), "callback", "cuda_ipc", echo_test::seed()))
     CHECK(code == 0);
 }
 
 TEST_CASE("one process per GPU, bootstrapped by an NCCL communicator") {
-  for (int code : echo_test::spawn_ranks(echo_test::gpu_count(8), "nccl", "cuda_ipc", echo_test::seed()))
+  for (int code : echo_test::spawn_ranks(std::min(echo_test::gpu_count(), 8), "nccl", "cuda_ipc", echo_test::seed()))
     CHECK(code == 0);
+}
+
+TEST_CASE("four processes on two GPUs (two ranks a GPU, for correctness)") {
+  if (echo_test::gpu_count() < 2) return;
+  for (int code : echo_test::spawn_ranks(4, "callback", "cuda_ipc", echo_test::seed())) CHECK(code == 0);
 }
 
 TEST_CASE("the symmetric buffer maps every peer (single process)") {

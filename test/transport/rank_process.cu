@@ -4,7 +4,10 @@
 // and bad arguments, and compares its output with echo::reference computed for all ranks from
 // the shared seed.
 //   rank_process <rank> <size> <dir> <callback|nccl> <cuda_ipc|nccl> <seed>
+#define DOCTEST_CONFIG_DISABLE  // support/random.hpp speaks doctest; this program is no test runner
 #include <echo/echo.cuh>
+
+#include "support/random.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -52,14 +55,6 @@ int failures = 0;
   } while (0)
 int g_rank = 0;
 
-template <class T>
-std::vector<T> random_input(std::mt19937_64& rng, size_t n) {
-  std::normal_distribution<float> nd;
-  std::vector<T> v(n);
-  for (auto& x : v) x = echo::element_traits<T>::from_float(nd(rng));
-  return v;
-}
-
 /// Runs `sizes` calls of all_reduce<Q, Transport, C> on T and checks each against the reference.
 template <class Transport, class Q, class C, class T>
 void scenario(const echo::communicator& comm, uint64_t seed, std::vector<size_t> sizes, bool in_place = false,
@@ -68,16 +63,16 @@ void scenario(const echo::communicator& comm, uint64_t seed, std::vector<size_t>
   size_t max_n = 1;
   for (size_t n : sizes) max_n = std::max(max_n, n);
   echo::all_reduce_options opt;
-  opt.workspace_bytes = size_t(1) << 20;  // large calls stream through the workspace
-  opt.spin_limit_seconds = 20;
-  opt.passthrough_below_bytes = 0;  // check Q itself at every size, not the size dispatch
+  opt.workspace_bytes = size_t(1) << 20;  // large calls wrap around the workspace
+  opt.spin_limit_seconds = 60;            // ranks sharing a GPU across processes are time-sliced
+  opt.unquantized_below_bytes = 0;        // check Q itself at every size, not the size dispatch
   using AR = echo::all_reduce<Q, Transport, C>;
   AR ar(comm, max_n, opt);
   std::unique_ptr<typename AR::chain_type> ch;
-  if constexpr (C::enabled) ch = std::make_unique<typename AR::chain_type>(max_n);
+  if constexpr (C::keeps_state) ch = std::make_unique<typename AR::chain_type>(max_n);
   echo::reference::all_reduce<Q, C> ref(P);
   echo::reference::chain_state<C> ref_chain(P, max_n);
-  std::mt19937_64 rng(seed);  // the same stream in every rank
+  echo_test::rng rng(seed);  // the same stream in every rank
   T *in = nullptr, *out = nullptr;
   ECHO_CUDA_TRY(cudaMalloc(&in, max_n * sizeof(T)));
   ECHO_CUDA_TRY(cudaMalloc(&out, max_n * sizeof(T)));
@@ -100,7 +95,7 @@ void scenario(const echo::communicator& comm, uint64_t seed, std::vector<size_t>
   for (size_t k = 0; k < calls; ++k) {
     const size_t n = k < sizes.size() ? sizes[k] : sizes.back();
     std::vector<std::vector<T>> x(static_cast<size_t>(P));
-    for (auto& v : x) v = random_input<T>(rng, n);
+    for (auto& v : x) v = echo_test::random_elements<T>(rng, n);
     ECHO_CUDA_TRY(cudaMemcpy(in, x[rank].data(), n * sizeof(T), cudaMemcpyHostToDevice));
     if (k < sizes.size()) {
       EXPECT(ar(in, in_place ? in : out, n, stream, ch.get()) == echo::status::success);
@@ -147,7 +142,10 @@ void run_all(const echo::communicator& comm, uint64_t seed) {
 int run(int rank, int size, const std::string& dir, const std::string& boot, const std::string& transport,
         uint64_t seed) {
   g_rank = rank;
-  if (cudaSetDevice(rank) != cudaSuccess) return 3;
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) return 3;
+  const int device = rank % gpus;  // several processes a GPU when size > gpus
+  if (cudaSetDevice(device) != cudaSuccess) return 3;
   file_all_gather ag{dir, rank, size};
   ncclComm_t nccl = nullptr;
   std::unique_ptr<echo::communicator> comm;
@@ -159,7 +157,7 @@ int run(int rank, int size, const std::string& dir, const std::string& boot, con
     ECHO_NCCL_TRY(ncclCommInitRank(&nccl, size, ids[0], rank));
     comm = std::make_unique<echo::communicator>(echo::communicator::from_nccl(nccl));
   } else {
-    comm = std::make_unique<echo::communicator>(rank, size, rank, ag);
+    comm = std::make_unique<echo::communicator>(rank, size, device, ag);
   }
   if (transport == "nccl") run_all<echo::transport::nccl>(*comm, seed);
   else run_all<echo::transport::cuda_ipc>(*comm, seed);

@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(Threads) oneshot_kernel(const oneshot_params<T
   using echo::detail::wait_result;
   __shared__ int s_why;
   uint32_t* const sync = reinterpret_cast<uint32_t*>(p.local);
-  const auto frame = detail::begin_launch(sync, nullptr, 0);
+  const auto frame = detail::begin_launch(sync, nullptr, 0, p.status);
   if (frame.poisoned) return;
   const uint32_t epoch = frame.epoch;
   const workspace_layout& L = p.layout;

@@ -99,11 +99,17 @@ struct launch_frame {
   bool poisoned;  ///< an earlier launch gave up: do nothing
 };
 
-inline __device__ launch_frame begin_launch(uint32_t* sync, const unsigned char* state, size_t n) {
+/// A launch on a rank that an earlier launch (or a peer) aborted does nothing but report why.
+inline __device__ launch_frame begin_launch(uint32_t* sync, const unsigned char* state, size_t n, int* host_status) {
   __shared__ launch_frame f;
   if (threadIdx.x == 0) {
     f.epoch = *reinterpret_cast<volatile uint32_t*>(sync + echo::detail::sync_words::epoch) + 1;
-    f.poisoned = echo::detail::load_relaxed_sys(sync + echo::detail::sync_words::abort) != 0;
+    const uint32_t abort = echo::detail::load_relaxed_sys(sync + echo::detail::sync_words::abort);
+    f.poisoned = abort != 0;
+    if (f.poisoned && blockIdx.x == 0) {
+      *reinterpret_cast<volatile int*>(host_status) = static_cast<int>(abort);
+      __threadfence_system();
+    }
     f.active = state && comp::state_header::continues(
                             reinterpret_cast<const volatile comp::state_header*>(state)->tag, n);
   }
@@ -143,7 +149,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   const size_t W = static_cast<size_t>(gridDim.x) * Cfg::warps;
   uint32_t* const sync = reinterpret_cast<uint32_t*>(p.local);
   const uint32_t* const abort = sync + echo::detail::sync_words::abort;
-  const auto frame = detail::begin_launch(sync, p.state, p.n);
+  const auto frame = detail::begin_launch(sync, p.state, p.n, p.status);
   if (frame.poisoned) return;
   const uint32_t epoch = frame.epoch;
   const uint64_t mine = echo::detail::flag_value(epoch, p.sig);

@@ -298,7 +298,7 @@ struct cuda_ipc {
     const char* last_error() const { return error_; }
 
    private:
-    static constexpr size_t min_ring_bytes = size_t(1) << 20;
+    static constexpr size_t min_ring_bytes = size_t(64) << 10;
 
     status fail(const char* why) {
       error_ = why;

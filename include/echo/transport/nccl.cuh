@@ -205,7 +205,7 @@ struct nccl {
     }
 
    private:
-    static constexpr size_t min_slot_bytes = size_t(1) << 20;
+    static constexpr size_t min_slot_bytes = size_t(64) << 10;
     size_t slots() const { return 3 * static_cast<size_t>(comm_.size()) + 1; }
 
     status finish(bool good) {

@@ -1,5 +1,5 @@
 // echo-sim: the echo::quant::zero_aware instantiations (every bits x group x compensator).
-#include "echo_sim_reducer.hpp"
+#include "reducer.hpp"
 
 namespace echo_sim {
 std::unique_ptr<reducer> make_zero_aware(int bits, int group, comp_kind c, const make_args& a) {

@@ -1,6 +1,6 @@
 // echo-sim: the runtime choice of quantizer x bits x group x compensator, mapped onto
 // echo::reference::all_reduce<Q, C>. The instantiations are spread over one translation unit per
-// quantizer (echo_sim_<quantizer>.cpp) so that a parallel build compiles them side by side.
+// quantizer (reducer_<quantizer>.cpp) so that a parallel build compiles them side by side.
 #pragma once
 
 #include <echo/echo.cuh>

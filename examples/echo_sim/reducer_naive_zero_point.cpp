@@ -1,5 +1,5 @@
 // echo-sim: the echo::quant::naive_zero_point instantiations (every bits x group x compensator).
-#include "echo_sim_reducer.hpp"
+#include "reducer.hpp"
 
 namespace echo_sim {
 std::unique_ptr<reducer> make_naive_zero_point(int bits, int group, comp_kind c, const make_args& a) {

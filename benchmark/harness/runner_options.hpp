@@ -1,0 +1,14 @@
+// How the benchmarks build an Echo runner (echo_runner.cuh).
+#pragma once
+
+#include <cstddef>
+
+namespace echo_bench {
+
+struct echo_runner_options {
+  size_t max_elements = 0;     ///< every Echo object is built for this many elements
+  size_t workspace_bytes = 0;  ///< 0: the library's default cap
+  bool forced = true;          ///< the quantizer at every size (false: echo::dispatch_table decides)
+};
+
+}  // namespace echo_bench

@@ -1,0 +1,155 @@
+// echo-sim's flag parser.
+#include "options.hpp"
+
+#include <echo/echo.cuh>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+
+namespace echo_sim {
+
+const char* const usage_text =
+    "usage: echo-sim [flags]\n"
+    "\n"
+    "The depth experiment: a pre-norm tensor-parallel MLP stack with random weights, run in fp64\n"
+    "(exact) and through echo::reference::all_reduce (bf16 partials) for every requested\n"
+    "quantizer x bits x group x compensator; prints the relative RMS error of the hidden state\n"
+    "||h - h_exact|| / ||h_exact|| at depths 1, 2, 4, ..., depth. Host only: no GPU involved.\n"
+    "\n"
+    "  --ranks P        simulated tensor-parallel ranks (default 4)\n"
+    "  --depth K        all-reduce sites, one per block (default 512)\n"
+    "  --width D        hidden size (default 512)\n"
+    "  --tokens T       rows of the residual stream (default 16)\n"
+    "  --ffn F          MLP hidden size, a multiple of P (default 4 * width)\n"
+    "  --quant LIST     comma list of zero_aware,naive_zero_point,symmetric,none (default zero_aware)\n"
+    "  --bits LIST      code bits, comma list of 2,3,4,6,8 (default 4; ignored by quant none)\n"
+    "  --group LIST     group size, comma list of 32,64,128,256 (default 128; ignored by quant none)\n"
+    "  --comp LIST      comma list of none,error_feedback (default none,error_feedback)\n"
+    "  --seed S         seed of weights and tokens (default 1)\n"
+    "  --passes N       forward passes over fresh tokens with the same weights; each pass is one\n"
+    "                   chain (reset at its start) (default 1)\n"
+    "  --warmup W       passes left out of the reported error (default passes / 2); the errors of\n"
+    "                   the remaining passes are pooled: sqrt(sum ||dh||^2 / sum ||h_exact||^2)\n"
+    "  --branch-gain G  scale of each block's output (default 1/sqrt(depth), the scaled init)\n"
+    "  --csv            also print rows depth,quant,bits,group,comp,rel_rms_error\n"
+    "  --help           this text\n";
+
+namespace {
+
+template <class T, class F>
+std::vector<T> parse_list(const std::string& flag, const std::string& v, F&& one) {
+  std::vector<T> out;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) throw usage_error(flag + ": empty item in list '" + v + "'");
+    const T t = one(item);
+    if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+  }
+  if (out.empty()) throw usage_error(flag + ": empty list");
+  return out;
+}
+
+long long parse_int(const std::string& flag, const std::string& v, long long lo, long long hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno == ERANGE)
+    throw usage_error(flag + ": '" + v + "' is not an integer");
+  if (x < lo || x > hi)
+    throw usage_error(flag + ": " + v + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return x;
+}
+
+}  // namespace
+
+options parse(int argc, char** argv, bool& help) {
+  options o;
+  help = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i], val;
+    bool has_val = false;
+    if (a == "--help" || a == "-h") {
+      help = true;
+      return o;
+    }
+    if (a == "--csv") {
+      o.csv = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) throw usage_error("unexpected argument '" + a + "'");
+    const size_t eq = a.find('=');
+    if (eq != std::string::npos) {
+      val = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_val = true;
+    }
+    static const char* const known[] = {"--ranks", "--depth", "--width", "--tokens", "--ffn",    "--quant",
+                                        "--bits",  "--group", "--comp",  "--seed",   "--passes", "--warmup",
+                                        "--branch-gain"};
+    if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return a == k; }) == std::end(known))
+      throw usage_error("unknown flag '" + a + "'");
+    if (!has_val) {
+      if (i + 1 >= argc) throw usage_error(a + " needs a value");
+      val = argv[++i];
+    }
+    if (a == "--ranks") o.ranks = static_cast<int>(parse_int(a, val, 1, 1024));
+    else if (a == "--depth") o.depth = static_cast<int>(parse_int(a, val, 1, 1 << 20));
+    else if (a == "--width") o.width = static_cast<int>(parse_int(a, val, 1, 1 << 16));
+    else if (a == "--tokens") o.tokens = static_cast<int>(parse_int(a, val, 1, 1 << 16));
+    else if (a == "--ffn") o.ffn = static_cast<int>(parse_int(a, val, 1, 1 << 20));
+    else if (a == "--seed") o.seed = static_cast<uint64_t>(parse_int(a, val, 0, (1ll << 62)));
+    else if (a == "--passes") o.passes = static_cast<int>(parse_int(a, val, 1, 1 << 20));
+    else if (a == "--warmup") o.warmup = static_cast<int>(parse_int(a, val, 0, 1 << 20));
+    else if (a == "--branch-gain") {
+      char* end = nullptr;
+      o.branch_gain = std::strtod(val.c_str(), &end);
+      if (val.empty() || *end != '\0' || !(o.branch_gain > 0) || !std::isfinite(o.branch_gain))
+        throw usage_error("--branch-gain: '" + val + "' is not a positive number");
+    } else if (a == "--quant") {
+      o.quants = parse_list<quant_kind>(a, val, [&](const std::string& s) {
+        if (s == "zero_aware") return quant_kind::zero_aware;
+        if (s == "naive_zero_point") return quant_kind::naive_zero_point;
+        if (s == "symmetric") return quant_kind::symmetric;
+        if (s == "none") return quant_kind::none;
+        throw usage_error("--quant: unknown quantizer '" + s + "' (zero_aware, naive_zero_point, symmetric, none)");
+      });
+    } else if (a == "--comp") {
+      o.comps = parse_list<comp_kind>(a, val, [&](const std::string& s) {
+        if (s == "none") return comp_kind::none;
+        if (s == "error_feedback") return comp_kind::error_feedback;
+        throw usage_error("--comp: unknown compensator '" + s + "' (none, error_feedback)");
+      });
+    } else if (a == "--bits") {
+      o.bits = parse_list<int>(a, val, [&](const std::string& s) {
+        const int b = static_cast<int>(parse_int(a, s, 0, 64));
+        if (!echo::quant::detail::supported_bits(b)) throw usage_error("--bits: " + s + " is not one of 2, 3, 4, 6, 8");
+        return b;
+      });
+    } else if (a == "--group") {
+      o.groups = parse_list<int>(a, val, [&](const std::string& s) {
+        const int g = static_cast<int>(parse_int(a, s, 0, 1 << 20));
+        if (!echo::quant::detail::supported_group(g))
+          throw usage_error("--group: " + s + " is not one of 32, 64, 128, 256");
+        return g;
+      });
+    }
+  }
+  if (o.ffn == 0) o.ffn = 4 * o.width;
+  if (o.ffn % o.ranks != 0)
+    throw usage_error("--ffn " + std::to_string(o.ffn) + " is not a multiple of --ranks " + std::to_string(o.ranks) +
+                      " (W1 / W2 are split into ffn/P columns / rows per rank)");
+  if (o.warmup < 0) o.warmup = o.passes / 2;
+  if (o.warmup >= o.passes)
+    throw usage_error("--warmup " + std::to_string(o.warmup) + " leaves none of the " + std::to_string(o.passes) +
+                      " passes to report");
+  if (static_cast<long long>(o.tokens) * o.width > (1ll << 28)) throw usage_error("--tokens * --width is too large");
+  if (o.branch_gain == 0) o.branch_gain = 1.0 / std::sqrt(static_cast<double>(o.depth));
+  return o;
+}
+
+}  // namespace echo_sim
