@@ -1,8 +1,8 @@
 # _torch_ops: the TORCH_LIBRARY(echo, ...) ops (src/torch/ops.cpp) and the table of compiled
 # instantiations (src/torch/table.cpp, one .cu per quantizer family). A plain shared library that
 # echo_allreduce/ops.py loads with torch.ops.load_library: it links libtorch, not Python.
-if(NOT CMAKE_CUDA_COMPILER)
-  message(FATAL_ERROR "ECHO_BUILD_TORCH needs the CUDA toolkit (nvcc on PATH or CUDACXX); "
+if(NOT ECHO_WITH_CUDA)
+  message(FATAL_ERROR "ECHO_BUILD_TORCH needs the CUDA toolkit and NCCL (nvcc on PATH or CUDACXX); "
                       "set ECHO_BUILD_TORCH=OFF to build the host reference only")
 endif()
 execute_process(
@@ -26,8 +26,6 @@ if(torch_info_len LESS 4)  # torch.version.cuda printed nothing
 endif()
 message(STATUS "echo_allreduce: torch ops against torch in ${torch_libdirs} (CUDA ${CMAKE_CUDA_COMPILER_VERSION})")
 
-find_library(ECHO_PY_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
-find_path(ECHO_PY_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
 foreach(lib torch torch_cpu torch_cuda c10 c10_cuda)
   find_library(ECHO_PY_TORCH_${lib} ${lib} PATHS ${torch_libdirs} NO_DEFAULT_PATH REQUIRED)
   list(APPEND torch_libraries ${ECHO_PY_TORCH_${lib}})
@@ -79,12 +77,11 @@ set_target_properties(_torch_ops PROPERTIES
   CXX_VISIBILITY_PRESET hidden
   CUDA_VISIBILITY_PRESET hidden)
 target_compile_features(_torch_ops PRIVATE cxx_std_17 cuda_std_17)
-target_include_directories(_torch_ops PRIVATE ${ECHO_PY_NCCL_INCLUDE_DIR})
 # torch's headers only where they are used (ops.cpp): the .cu files see Echo alone.
 set_source_files_properties(src/torch/ops.cpp PROPERTIES INCLUDE_DIRECTORIES "${torch_includes}")
 # Every file: std::string and std::function cross between them and libtorch.
 target_compile_definitions(_torch_ops PRIVATE _GLIBCXX_USE_CXX11_ABI=${torch_cxx11_abi})
-target_link_libraries(_torch_ops PRIVATE echo::echo CUDA::cudart ${ECHO_PY_NCCL_LIBRARY} ${torch_libraries})
+target_link_libraries(_torch_ops PRIVATE echo::echo ${torch_libraries})  # echo::echo: + CUDA::cudart, NCCL
 # Found at run time where torch has put them (torch is imported first).
 set_target_properties(_torch_ops PROPERTIES INSTALL_RPATH "$ORIGIN" BUILD_WITH_INSTALL_RPATH OFF)
 install(TARGETS _torch_ops LIBRARY DESTINATION echo_allreduce COMPONENT python)
