@@ -23,6 +23,7 @@
 #include <torch/library.h>
 
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <stdexcept>
 
@@ -37,7 +38,9 @@ struct slot {
 };
 
 std::mutex registry_mutex;
-std::vector<slot> registry;  // handle h is registry[h - 1]; destroyed slots stay empty
+// Handle h is registry[h - 1]; destroyed slots stay empty. Never freed: an object still alive at
+// exit is left to the process's end (the CUDA runtime and NCCL may be gone by static destruction).
+std::deque<slot>& registry = *new std::deque<slot>;  // a deque: a slot stays put as others are added
 
 slot& get(int64_t handle, const char* op) {
   std::lock_guard<std::mutex> lock(registry_mutex);
@@ -113,14 +116,19 @@ int64_t create(const c10::intrusive_ptr<c10d::ProcessGroup>& group, bool bootstr
   b.size = group->getSize();
   b.device = static_cast<int>(device);
   const at::Device where = bootstrap_on_cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)) : at::Device(at::kCPU);
-  // Setup bytes (IPC handles, NCCL ids) travel over the caller's group: Echo needs no store of its own.
-  b.all_gather = [group, where](const void* send, void* recv, size_t bytes) {
+  // Setup bytes (IPC handles, NCCL ids) travel over the caller's group: Echo needs no store of its
+  // own. Echo all-gathers only while it is constructed; the group is let go right after, so an
+  // Echo object never keeps a process group alive past torch.distributed's own tear-down.
+  auto held = std::make_shared<c10::intrusive_ptr<c10d::ProcessGroup>>(group);
+  b.all_gather = [held, where](const void* send, void* recv, size_t bytes) {
+    if (!*held) throw echo::error("echo.create", "all-gather after construction (the group was released)", __FILE__, __LINE__);
+    c10d::ProcessGroup& g = **held;
     const auto byte = at::TensorOptions().dtype(at::kByte);
     std::vector<at::Tensor> in{at::from_blob(const_cast<void*>(send), {static_cast<int64_t>(bytes)}, byte).to(byte.device(where), false, true)};
     std::vector<std::vector<at::Tensor>> out(1);
-    for (int r = 0; r < group->getSize(); ++r) out[0].push_back(at::empty({static_cast<int64_t>(bytes)}, byte.device(where)));
-    group->allgather(out, in)->wait();
-    for (int r = 0; r < group->getSize(); ++r)
+    for (int r = 0; r < g.getSize(); ++r) out[0].push_back(at::empty({static_cast<int64_t>(bytes)}, byte.device(where)));
+    g.allgather(out, in)->wait();
+    for (int r = 0; r < g.getSize(); ++r)
       std::memcpy(static_cast<char*>(recv) + r * bytes, out[0][r].cpu().data_ptr(), bytes);
   };
   options o{static_cast<size_t>(max_elements), spin_limit_s, static_cast<long long>(unquantized_below_bytes)};
@@ -129,8 +137,10 @@ int64_t create(const c10::intrusive_ptr<c10d::ProcessGroup>& group, bool bootstr
   try {
     impl = e->make(b, o);
   } catch (const echo::error& err) {
+    held->reset();
     TORCH_CHECK(false, op, ": ", err.what());
   }
+  held->reset();
   std::lock_guard<std::mutex> lock(registry_mutex);
   const bool keeps_state = impl->state_bytes(1) > 0;
   registry.push_back({std::move(impl), static_cast<int>(device), static_cast<size_t>(max_elements), keeps_state});
