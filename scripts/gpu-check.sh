@@ -8,6 +8,9 @@
 #   ECHO_BENCH_ARGS="--benchmark_filter=int4"  echo_bench arguments
 # Stages:
 #   build     configure (Release, sm_90) and build everything
+#   prebuilt  instead of build: unpack .gpubin/build.tar.xz (a build tree made on another machine
+#             at this same path, without object files; ECHO_BUILD_DIR must name it) and check that
+#             its programs load; Google Benchmark's shared library may travel in .gpubin/lib
 #   test      ctest (host, install and GPU tests; the soak test included)
 #   legacy    the soak test built against the headers of an older Echo, carried in .legacy/include
 #             (git archive <rev> include | tar -x -C .legacy): shows what the soak finds there
@@ -43,6 +46,14 @@ trap bundle EXIT
 head -4 "$logs/machine.txt" | tee -a "$summary"
 
 rc=0
+if [[ $stages == *prebuilt* ]]; then
+  tar -xJf .gpubin/build.tar.xz || { say "prebuilt: cannot unpack .gpubin/build.tar.xz"; exit 1; }
+  [ -d .gpubin/lib ] && export LD_LIBRARY_PATH=$root/.gpubin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  for b in "$build"/test/gpu/echo_test_collective_features "$build"/benchmark/echo_bench; do
+    [ -x "$b" ] && ldd "$b" | grep "not found" | tee -a "$summary"
+  done
+  say "prebuilt: unpacked $(find "$build" -type f -perm -u+x | wc -l) programs"
+fi
 if [[ $stages == *build* ]]; then
   gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
   cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 ${ECHO_CMAKE_ARGS:-} \
@@ -64,16 +75,19 @@ if [[ $stages == *test* ]]; then
   bundle
 fi
 if [[ $stages == *legacy* ]]; then
-  if [ -d .legacy/include ]; then
+  if [ ! -x "$build/soak-legacy" ] && [ -d .legacy/include ]; then
     nvcc -std=c++17 -O3 -arch=sm_90 -DECHO_SOAK_LEGACY -I.legacy/include -Itest \
       test/collective/soak.cu test/gpu_main.cu -DECHO_TEST_MIN_GPUS=2 -lnccl -o "$build/soak-legacy" \
       >"$logs/legacy-build.log" 2>&1 || { rc=1; tail -20 "$logs/legacy-build.log"; }
+  fi
+  if [ -x "$build/soak-legacy" ]; then
     ECHO_SOAK_CALLS=${ECHO_LEGACY_CALLS:-3000} timeout 300 "$build/soak-legacy" -tc='soak: cuda_ipc' >"$logs/legacy-soak.log" 2>&1
     say "legacy soak (expected to find mismatches): exit $?"
     grep -E "^soak |FIRST:" "$logs/legacy-soak.log" | tee -a "$summary"
   else
-    say "legacy: no .legacy/include carried; skipped"
+    say "legacy: no .legacy/include carried and no prebuilt soak-legacy; skipped"
   fi
+  bundle
 fi
 if [[ $stages == *sanitize* ]]; then
   cs=compute-sanitizer
