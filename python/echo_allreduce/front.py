@@ -102,7 +102,8 @@ class EchoAllReduce:
             from . import ops
 
             ops.require()
-            self.device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+            device = torch.device("cuda") if device is None else torch.device(device)
+            self.device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
             # boxed(): the group as the TorchScript object an op argument takes (as c10d's own ops).
             self._handle = torch.ops.echo.create(
                 group.boxed(), "nccl" in str(dist.get_backend(group)), self.device.index, self.max_elements, quant, self.bits,
