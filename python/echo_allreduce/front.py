@@ -1,0 +1,286 @@
+"""EchoAllReduce: Echo's all-reduce over a torch.distributed process group.
+
+Three backends, picked at construction:
+
+- ``cuda``: the ``torch.ops.echo`` ops on the current CUDA stream (an NCCL group, GPU tensors);
+- ``reference``: every rank all-gathers the ranks' tensors over the group and runs
+  ``echo_allreduce.reference`` (the C++ host reference) on them, keeping this rank's output. Its
+  results are bit-identical to the ``cuda`` backend's; it runs on CPU (a gloo group) and is slow;
+- ``off``: plain ``torch.distributed.all_reduce`` (``ECHO_ALLREDUCE=off``, see config.py).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from . import config, reference
+
+_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_MODES = ("fused", "deferred")
+
+
+def _compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+class _RefChain:
+    """A chain of the reference backend: every rank keeps the state of all ranks (the reference
+    simulates them all, identically everywhere). ``zero_()`` resets it, as for a state tensor."""
+
+    def __init__(self, state: Optional[reference.ChainState], capacity: int):
+        self.state = state
+        self.capacity = capacity
+
+    def zero_(self):
+        if self.state is not None:
+            self.state.reset()
+        return self
+
+
+class _ChainInfo:
+    __slots__ = ("n", "pending")
+
+    def __init__(self):
+        self.n = None  # n of the chain's last call
+        self.pending = None  # (input data_ptr, n) of a deferred call awaiting update()
+
+
+class EchoAllReduce:
+    """Echo's all-reduce among the ranks of ``group`` (collective to construct).
+
+    quant / bits / group_size / comp / storage / transport name one entry of the compiled table
+    (docs/python.md); quant 'none' ignores bits and group_size, comp 'none' ignores storage.
+    ``ECHO_ALLREDUCE`` (config.py) overrides quant and bits, or turns Echo off. ``backend``:
+    'cuda', 'reference' or None (cuda for a group with an NCCL backend, reference otherwise).
+    """
+
+    def __init__(
+        self,
+        group: Optional[dist.ProcessGroup],
+        max_elements: int,
+        quant: str = "zero_aware",
+        bits: int = 4,
+        group_size: int = 128,
+        comp: str = "error_feedback",
+        storage: str = "int8",
+        transport: str = "cuda_ipc",
+        unquantized_below_bytes: int = -1,
+        spin_limit_s: float = 10.0,
+        backend: Optional[str] = None,
+        device: Optional[torch.device] = None,
+    ):
+        if group is None:
+            group = dist.distributed_c10d._get_default_group()
+        if max_elements <= 0:
+            raise ValueError(f"EchoAllReduce: max_elements must be > 0, got {max_elements}")
+        enabled, quant, bits = config.apply_env(quant, bits)
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self.max_elements = int(max_elements)
+        self.quant, self.bits, self.group_size = quant, int(bits), int(group_size)
+        self.comp, self.storage, self.transport = comp, storage, transport
+        if comp not in ("none", "error_feedback"):
+            raise ValueError(f"EchoAllReduce: comp must be 'none' or 'error_feedback', got {comp!r}")
+        self.keeps_state = comp == "error_feedback"
+        self._handle = 0
+        self._chains: dict[int, _ChainInfo] = {}
+        if not enabled:
+            backend = "off"
+        elif backend is None:
+            backend = "cuda" if "nccl" in str(dist.get_backend(group)) else "reference"
+        if backend not in ("cuda", "reference", "off"):
+            raise ValueError(f"EchoAllReduce: backend must be 'cuda', 'reference' or 'off', got {backend!r}")
+        self.backend = backend
+        self.device = None
+        if backend == "cuda":
+            from . import ops
+
+            ops.require()
+            device = torch.device("cuda") if device is None else torch.device(device)
+            self.device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
+            # boxed(): the group as the TorchScript object an op argument takes (as c10d's own ops).
+            self._handle = torch.ops.echo.create(
+                group.boxed(), "nccl" in str(dist.get_backend(group)), self.device.index, self.max_elements, quant, self.bits,
+                self.group_size, comp, storage, transport, int(unquantized_below_bytes), float(spin_limit_s))
+        elif backend == "reference":
+            self._check_reference_entry()
+
+    # ---- chains -------------------------------------------------------------------------------
+    def state_bytes(self, n: int) -> int:
+        """Bytes of chain state a call on n elements needs (0 without a compensator)."""
+        if self.backend == "cuda":
+            return torch.ops.echo.state_bytes(self._handle, n)
+        return 0
+
+    def new_chain(self, capacity: Optional[int] = None):
+        """A fresh chain for calls of up to ``capacity`` elements (default max_elements).
+
+        cuda: a zeroed uint8 tensor of state_bytes(capacity) bytes on this rank's device, owned by
+        the caller (all zero = fresh; ``chain.zero_()`` at a pass boundary). reference: an object
+        with the same ``zero_()``. off, or comp 'none': an empty tensor (ignored by the calls).
+        """
+        capacity = self.max_elements if capacity is None else int(capacity)
+        if self.backend == "reference":
+            state = reference.ChainState(self.world_size, capacity, self.storage) if self.keeps_state else None
+            chain = _RefChain(state, capacity)
+        elif self.backend == "cuda":
+            chain = torch.zeros(self.state_bytes(capacity), dtype=torch.uint8, device=self.device)
+        else:
+            chain = torch.empty(0, dtype=torch.uint8)
+        self._info(chain)
+        return chain
+
+    def _info(self, chain) -> _ChainInfo:
+        key = id(chain)
+        info = self._chains.get(key)
+        if info is None:
+            info = self._chains[key] = _ChainInfo()
+            weakref.finalize(chain, self._chains.pop, key, None)
+        return info
+
+    # ---- calls --------------------------------------------------------------------------------
+    def should_use(self, x: torch.Tensor) -> bool:
+        """Whether all_reduce(x) is Echo's to take: a float32 / float16 / bfloat16 contiguous tensor
+        of 1 to max_elements elements and a multiple of 16 bytes; for cuda also on this rank's
+        device and 16-byte aligned. False when Echo is off."""
+        if self.backend == "off" or x.dtype not in _DTYPES or not x.is_contiguous():
+            return False
+        n = x.numel()
+        if not (0 < n <= self.max_elements) or (n * x.element_size()) % 16:
+            return False
+        if self.backend == "cuda":
+            if x.device != self.device:
+                return False
+            if not _compiling() and x.data_ptr() % 16:
+                return False
+        return True
+
+    def all_reduce(self, x: torch.Tensor, out: Optional[torch.Tensor] = None, chain=None, mode: str = "fused"):
+        """out = sum of x over the ranks; in place (returns x) when out is None.
+
+        chain: the call's chain (new_chain) when comp is 'error_feedback'. mode 'deferred' writes
+        only this rank's own errors into the chain; update(x, chain) must follow before the chain's
+        next call (it needs out, not in place). Errors: ValueError for a bad argument (wrong dtype,
+        device, layout, size, chain), RuntimeError for a failure on the device.
+        """
+        if mode not in _MODES:
+            raise ValueError(f"EchoAllReduce.all_reduce: mode must be 'fused' or 'deferred', got {mode!r}")
+        deferred = mode == "deferred"
+        if deferred and (out is None or out is x):
+            raise ValueError("EchoAllReduce.all_reduce: a deferred call needs an out tensor apart from x")
+        if self.backend == "off":
+            if out is None:
+                dist.all_reduce(x, group=self.group)
+                return x
+            out.copy_(x)
+            dist.all_reduce(out, group=self.group)
+            return out
+        if self.keeps_state and chain is None:
+            raise ValueError("EchoAllReduce.all_reduce: comp 'error_feedback' needs a chain (new_chain())")
+        target = x if out is None else out
+        if not _compiling():
+            self._begin(chain, x, deferred)
+        if self.backend == "reference":
+            return self._reference_call(x, target, chain)
+        state = chain if self.keeps_state else None
+        torch.ops.echo.all_reduce(self._handle, x, target, state, deferred)
+        return target
+
+    def update(self, x: torch.Tensor, chain) -> None:
+        """The deferred half of ``all_reduce(x, out, chain, mode='deferred')``: same x, unchanged."""
+        if self.backend == "off" or not self.keeps_state:
+            return
+        if not _compiling():
+            info = self._info(chain)
+            if info.pending is None:
+                raise RuntimeError("EchoAllReduce.update: this chain has no deferred call awaiting its update")
+            if info.pending != (self._ptr(x), x.numel()):
+                raise ValueError("EchoAllReduce.update: x must be the input of the chain's deferred call")
+            info.pending = None
+        if self.backend == "cuda":
+            torch.ops.echo.update(self._handle, x, chain)
+
+    def _begin(self, chain, x: torch.Tensor, deferred: bool) -> None:
+        """Chain bookkeeping (eager only), so misuse raises here rather than pass unnoticed: no call
+        while a deferred call awaits its update. (A shape change needs nothing: the chain's header
+        records n, and a call with another n starts a fresh chain, on the device as in the reference.)"""
+        if not self.keeps_state:
+            return
+        info = self._info(chain)
+        if info.pending is not None:
+            raise RuntimeError("EchoAllReduce.all_reduce: the chain's deferred call awaits update(x, chain) first")
+        info.n = x.numel()
+        if deferred:
+            info.pending = (self._ptr(x), info.n)
+
+    @staticmethod
+    def _ptr(x: torch.Tensor) -> int:
+        return x.data_ptr()
+
+    def _reference_call(self, x: torch.Tensor, target: torch.Tensor, chain) -> torch.Tensor:
+        if x.dtype not in _DTYPES:
+            raise ValueError(f"EchoAllReduce.all_reduce: dtype must be float32, float16 or bfloat16, got {x.dtype}")
+        if target.dtype != x.dtype or target.shape != x.shape:
+            raise ValueError("EchoAllReduce.all_reduce: out must have x's dtype and shape")
+        if x.numel() > self.max_elements:
+            raise ValueError(f"EchoAllReduce.all_reduce: {x.numel()} elements exceed max_elements = {self.max_elements}")
+        if self.keeps_state and x.numel() > chain.capacity:
+            raise ValueError(f"EchoAllReduce.all_reduce: {x.numel()} elements exceed the chain's capacity {chain.capacity}")
+        # Gather raw bytes: every backend all-gathers uint8, whatever the dtype.
+        flat = x.detach().reshape(-1).contiguous().view(torch.uint8)
+        parts = [torch.empty_like(flat) for _ in range(self.world_size)]
+        dist.all_gather(parts, flat, group=self.group)
+        t = _DTYPES[x.dtype]
+        npdt = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[t]
+        arrays = [p.cpu().numpy().view(npdt) for p in parts]
+        outs = reference.all_reduce(arrays, quant=self.quant, bits=self.bits, group_size=self.group_size,
+                                    comp=self.comp, storage=self.storage, chain=chain.state if self.keeps_state else None,
+                                    dtype=t)
+        mine = torch.from_numpy(outs[self.rank].view(np.uint8)).view(x.dtype).view(x.shape)
+        with torch.no_grad():
+            target.copy_(mine)
+        return target
+
+    def _check_reference_entry(self) -> None:
+        names = (self.quant, self.comp)
+        for e in reference.instantiations():
+            if (e["quant"], e["comp"]) == names and (self.quant == "none" or (e["bits"], e["group_size"]) == (
+                    self.bits, self.group_size)) and (self.comp == "none" or e["storage"] == self.storage):
+                return
+        raise ValueError(f"EchoAllReduce: no compiled reference entry quant={self.quant!r} bits={self.bits} "
+                         f"group_size={self.group_size} comp={self.comp!r} storage={self.storage!r}; see "
+                         "echo_allreduce.reference.instantiations()")
+
+    # ---- health and tear-down -----------------------------------------------------------------
+    def check(self) -> None:
+        """Raise if a launch gave up on a peer (timeout) or saw a mismatch; synchronizes the stream."""
+        if self.backend == "cuda" and self._handle:
+            torch.cuda.current_stream(self.device).synchronize()
+            torch.ops.echo.check(self._handle)
+
+    def close(self) -> None:
+        """Collective: waits for this rank's work and for every rank (a peer may still be writing
+        into this rank's workspace), then frees Echo's resources. Idempotent."""
+        if self.backend == "cuda" and self._handle:
+            torch.cuda.synchronize(self.device)
+            dist.barrier(group=self.group)
+            torch.ops.echo.destroy(self._handle)
+            self._handle = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        q = self.quant if self.quant == "none" else f"{self.quant} {self.bits}-bit g{self.group_size}"
+        c = self.comp if self.comp == "none" else f"{self.comp} ({self.storage})"
+        return (f"EchoAllReduce(rank {self.rank}/{self.world_size}, backend={self.backend}, {q}, {c}, "
+                f"max_elements={self.max_elements})")

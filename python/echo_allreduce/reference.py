@@ -1,0 +1,85 @@
+"""Echo's host reference (``echo::reference::all_reduce``) on numpy arrays: no GPU, no torch.
+
+It is the C++ reference itself, compiled for a fixed table of instantiations
+(:func:`instantiations`), so its results are bit-identical to the GPU path's.
+
+    >>> outs = all_reduce([x0, x1], quant="zero_aware", bits=4, group_size=128)
+    >>> chain = ChainState(ranks=2, capacity=n, storage="int8")     # error feedback
+    >>> outs = all_reduce([x0, x1], chain=chain)                     # ... once per call of the chain
+    >>> chain.reset()                                                # at a pass boundary
+
+bfloat16 values travel as their bit patterns in uint16 arrays, with ``dtype="bf16"``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from . import _reference
+from ._reference import ChainState
+
+__all__ = ["all_reduce", "ChainState", "instantiations", "canonical_dtype"]
+
+_DTYPES = {"f32": "f32", "float32": "f32", "f16": "f16", "float16": "f16", "bf16": "bf16", "bfloat16": "bf16"}
+_NUMPY = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}
+
+
+def canonical_dtype(dtype) -> str:
+    """'f32', 'f16' or 'bf16' for a name or numpy dtype (uint16 means bf16 bits)."""
+    if isinstance(dtype, str) and dtype in _DTYPES:
+        return _DTYPES[dtype]
+    d = np.dtype(dtype)
+    if d == np.float32:
+        return "f32"
+    if d == np.float16:
+        return "f16"
+    if d == np.uint16 or d == np.int16:
+        return "bf16"
+    raise ValueError(f"echo_allreduce.reference: unsupported dtype {dtype!r} (float32, float16, bf16 as uint16)")
+
+
+def instantiations() -> list[dict]:
+    """The compiled table: one dict per (quant, bits, group_size, comp, storage)."""
+    keys = ("quant", "bits", "group_size", "comp", "storage")
+    return [dict(zip(keys, e)) for e in _reference.instantiations()]
+
+
+def all_reduce(
+    inputs: Sequence[np.ndarray],
+    *,
+    quant: str = "zero_aware",
+    bits: int = 4,
+    group_size: int = 128,
+    comp: Optional[str] = None,
+    storage: Optional[str] = None,
+    chain: Optional[ChainState] = None,
+    dtype=None,
+    out: Optional[Sequence[np.ndarray]] = None,
+) -> list[np.ndarray]:
+    """Echo's all-reduce over ``len(inputs)`` simulated ranks; returns one output per rank.
+
+    inputs: one array per rank, all of one shape and element type (float32, float16, or uint16
+    holding bf16 bits with ``dtype="bf16"``). ``comp`` defaults to 'error_feedback' when a chain
+    is given and 'none' otherwise; ``storage`` to the chain's. ``out``: arrays to write into
+    (an output may be its rank's input). quant 'none' ignores bits and group_size.
+    """
+    if len(inputs) == 0:
+        raise ValueError("echo_allreduce.reference.all_reduce: no inputs (one array per rank)")
+    xs = [np.ascontiguousarray(x) for x in inputs]
+    t = canonical_dtype(dtype if dtype is not None else xs[0].dtype)
+    shape = xs[0].shape
+    for r, x in enumerate(xs):
+        if x.shape != shape:
+            raise ValueError(f"echo_allreduce.reference.all_reduce: input {r} has shape {x.shape}, input 0 {shape}")
+    if comp is None:
+        comp = "error_feedback" if chain is not None else "none"
+    if storage is None:
+        storage = chain.storage if chain is not None else ""
+    if out is None:
+        out = [np.empty(shape, dtype=_NUMPY[t]) for _ in xs]
+    _reference.all_reduce(
+        [x.reshape(-1) for x in xs], [o.reshape(-1) for o in out], t, quant, bits, group_size, comp, storage, chain
+    )
+    return list(out)

@@ -1,0 +1,89 @@
+"""Megatron-style tensor-parallel linear layers on Echo's all-reduce.
+
+    comm = EchoAllReduce(group, max_elements=tokens * hidden)
+    tp = TensorParallel(comm)                 # holds the forward and the backward chain
+    fc1 = ColumnParallelLinear(d, 4 * d, tp)  # weight rows split over the ranks
+    fc2 = RowParallelLinear(4 * d, d, tp)     # weight columns split; output all-reduced
+    tp.new_pass()                             # before each forward pass: both chains start fresh
+    y = fc2(gelu(fc1(x)))
+
+Weights are drawn for the full layer from ``torch.Generator`` seeded with ``seed`` and then sliced,
+so a TP model equals its single-device twin built with the same seeds (what the tests compare).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .autograd import copy_to_tp, reduce_from_tp
+
+
+class TensorParallel:
+    """A model's tensor-parallel context: the communicator and the two chains (forward residual
+    stream, backward residual-gradient stream), each of capacity elements."""
+
+    def __init__(self, comm, capacity: Optional[int] = None):
+        self.comm = comm
+        self.rank = comm.rank
+        self.world_size = comm.world_size
+        self.fwd_chain = comm.new_chain(capacity)
+        self.bwd_chain = comm.new_chain(capacity)
+
+    def new_pass(self) -> None:
+        """A pass boundary: both chains start from zero errors."""
+        self.fwd_chain.zero_()
+        self.bwd_chain.zero_()
+
+    def split(self, size: int, what: str) -> int:
+        if size % self.world_size:
+            raise ValueError(f"{what} = {size} is not divisible by the tensor-parallel size {self.world_size}")
+        return size // self.world_size
+
+
+def _full_weight(out_features: int, in_features: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    w = torch.empty(out_features, in_features)
+    bound = 1.0 / math.sqrt(in_features)
+    return w.uniform_(-bound, bound, generator=g)
+
+
+class ColumnParallelLinear(nn.Module):
+    """y_r = x W_r^T + b_r with W's output rows split over the ranks; the input is replicated, its
+    gradient all-reduced (copy_to_tp on the backward chain). Output: this rank's slice."""
+
+    def __init__(self, in_features: int, out_features: int, tp: TensorParallel, bias: bool = True, seed: int = 0,
+                 device=None, dtype=None):
+        super().__init__()
+        self.tp = tp
+        self.in_features, self.out_features = in_features, out_features
+        part = tp.split(out_features, "out_features")
+        rows = slice(tp.rank * part, (tp.rank + 1) * part)
+        self.weight = nn.Parameter(_full_weight(out_features, in_features, seed)[rows].to(device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(part, device=device, dtype=dtype)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(copy_to_tp(x, self.tp.comm, self.tp.bwd_chain), self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Module):
+    """y = sum_r x_r W_r^T + b with W's input columns split over the ranks; the partial outputs are
+    all-reduced (reduce_from_tp on the forward chain), then the bias is added once."""
+
+    def __init__(self, in_features: int, out_features: int, tp: TensorParallel, bias: bool = True, seed: int = 0,
+                 device=None, dtype=None):
+        super().__init__()
+        self.tp = tp
+        self.in_features, self.out_features = in_features, out_features
+        part = tp.split(in_features, "in_features")
+        cols = slice(tp.rank * part, (tp.rank + 1) * part)
+        self.weight = nn.Parameter(_full_weight(out_features, in_features, seed)[:, cols].contiguous().to(device=device, dtype=dtype))
+        self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = reduce_from_tp(F.linear(x, self.weight), self.tp.comm, self.tp.fwd_chain)
+        return y if self.bias is None else y + self.bias

@@ -1,0 +1,55 @@
+// The compensators the Python package instantiates with every quantizer, and their names.
+#pragma once
+
+#include <echo/echo.cuh>
+
+#include <tuple>
+#include <type_traits>
+
+namespace echo_py {
+
+template <class... T>
+struct type_list {
+  static constexpr size_t size = sizeof...(T);
+  template <size_t I>
+  using at = std::tuple_element_t<I, std::tuple<T...>>;
+};
+
+template <class C>
+struct comp_names;
+template <>
+struct comp_names<echo::comp::none> {
+  static constexpr const char* comp = "none";
+  static constexpr const char* storage = "";
+};
+template <>
+struct comp_names<echo::comp::error_feedback<float>> {
+  static constexpr const char* comp = "error_feedback";
+  static constexpr const char* storage = "float";
+};
+template <>
+struct comp_names<echo::comp::error_feedback<echo::bfloat16_t>> {
+  static constexpr const char* comp = "error_feedback";
+  static constexpr const char* storage = "bf16";
+};
+template <>
+struct comp_names<echo::comp::error_feedback<echo::comp::int8_state>> {
+  static constexpr const char* comp = "error_feedback";
+  static constexpr const char* storage = "int8";
+};
+
+/// Every quantizer of the tables is instantiated with each of these.
+using compensators = type_list<echo::comp::none, echo::comp::error_feedback<echo::comp::int8_state>,
+                               echo::comp::error_feedback<echo::bfloat16_t>, echo::comp::error_feedback<float>>;
+
+/// Table keys: quant::none has no bits or group (0, 0).
+template <class Q>
+constexpr int bits_of() {
+  return std::is_same<Q, echo::quant::none>::value ? 0 : Q::bits;
+}
+template <class Q>
+constexpr int group_of() {
+  return std::is_same<Q, echo::quant::none>::value ? 0 : Q::group;
+}
+
+}  // namespace echo_py

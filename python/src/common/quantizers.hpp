@@ -1,0 +1,20 @@
+// The quantizers the Python package instantiates, by family: the host reference's table and the
+// torch ops' table are both built from these lists, so the two always offer the same entries.
+// docs/python.md lists them; adding one here adds it to both tables.
+#pragma once
+
+#include "compensators.hpp"
+
+namespace echo_py {
+
+using zero_aware_4 = type_list<echo::quant::zero_aware<4, 32>, echo::quant::zero_aware<4, 64>, echo::quant::zero_aware<4, 128>>;
+using zero_aware_8 = type_list<echo::quant::zero_aware<8, 32>, echo::quant::zero_aware<8, 64>, echo::quant::zero_aware<8, 128>>;
+using symmetric_family = type_list<echo::quant::symmetric<4, 128>>;
+using naive_zero_point_family = type_list<echo::quant::naive_zero_point<4, 128>>;
+using none_family = type_list<echo::quant::none>;
+
+/// The transport::nccl entries of the torch table: the default quantizers only (each entry is a
+/// full set of pipeline kernels; the rest would double the build for paths nobody asked for).
+using nccl_quantizers = type_list<echo::quant::zero_aware<4, 128>, echo::quant::zero_aware<8, 128>, echo::quant::none>;
+
+}  // namespace echo_py

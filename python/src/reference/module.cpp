@@ -1,0 +1,163 @@
+// echo_allreduce._reference: echo::reference::all_reduce on numpy arrays (host only: no GPU, no
+// torch). The Python wrapper is echo_allreduce/reference.py; the table is table.hpp.
+#include "table.hpp"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <sstream>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace echo_py::ref {
+namespace {
+
+const std::vector<entry>& table() {
+  static const std::vector<entry> t = [] {
+    std::vector<entry> v;
+    add_zero_aware(v);
+    add_symmetric(v);
+    add_naive_zero_point(v);
+    add_none(v);
+    return v;
+  }();
+  return t;
+}
+
+const entry& find(const std::string& quant, int bits, int group, const std::string& comp, const std::string& storage) {
+  const bool none_q = quant == "none", none_c = comp == "none";
+  for (const entry& e : table())
+    if (quant == e.quant && (none_q || (bits == e.bits && group == e.group)) && comp == e.comp &&
+        (none_c || storage == e.storage))
+      return e;
+  std::ostringstream msg;
+  msg << "echo_allreduce.reference: no compiled instantiation quant='" << quant << "'";
+  if (!none_q) msg << " bits=" << bits << " group_size=" << group;
+  msg << " comp='" << comp << "'";
+  if (!none_c) msg << " storage='" << storage << "'";
+  msg << "; compiled: see echo_allreduce.reference.instantiations()";
+  throw std::invalid_argument(msg.str());
+}
+
+template <class C>
+void make_if(std::unique_ptr<chain_base>& out, int ranks, size_t capacity, const std::string& storage) {
+  if constexpr (C::keeps_state)
+    if (!out && storage == comp_names<C>::storage) out = std::make_unique<chain_impl<C>>(ranks, capacity);
+}
+
+template <class... C>
+std::unique_ptr<chain_base> make_chain_of(type_list<C...>, int ranks, size_t capacity, const std::string& storage) {
+  std::unique_ptr<chain_base> out;
+  (make_if<C>(out, ranks, capacity, storage), ...);
+  return out;
+}
+
+std::unique_ptr<chain_base> make_chain(int ranks, size_t capacity, const std::string& storage) {
+  auto out = make_chain_of(compensators{}, ranks, capacity, storage);
+  if (!out) throw std::invalid_argument("echo_allreduce.reference.ChainState: no compiled error_feedback storage '" + storage + "'");
+  return out;
+}
+
+/// The dtype an array of element type `t` must have.
+void check_array(nb::dlpack::dtype d, echo::dtype t, const char* what, size_t index) {
+  using code = nb::dlpack::dtype_code;
+  bool ok = false;
+  switch (t) {
+    case echo::dtype::f32: ok = d == nb::dtype<float>(); break;
+    case echo::dtype::f16: ok = d.code == static_cast<uint8_t>(code::Float) && d.bits == 16 && d.lanes == 1; break;
+    case echo::dtype::bf16:  // carried as 16-bit integers (numpy has no bfloat16)
+      ok = (d.code == static_cast<uint8_t>(code::UInt) || d.code == static_cast<uint8_t>(code::Int) ||
+            d.code == static_cast<uint8_t>(code::Bfloat)) && d.bits == 16 && d.lanes == 1;
+      break;
+  }
+  if (!ok)
+    throw std::invalid_argument(std::string("echo_allreduce.reference: ") + what + "[" + std::to_string(index) +
+                                "] has the wrong element type for dtype '" + echo::to_string(t) +
+                                "' (float32, float16, or bf16 bits as uint16)");
+}
+
+echo::dtype parse_dtype(const std::string& s) {
+  if (s == "f32") return echo::dtype::f32;
+  if (s == "f16") return echo::dtype::f16;
+  if (s == "bf16") return echo::dtype::bf16;
+  throw std::invalid_argument("echo_allreduce.reference: dtype must be 'f32', 'f16' or 'bf16', got '" + s + "'");
+}
+
+using in_array = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+using out_array = nb::ndarray<nb::c_contig, nb::device::cpu>;
+
+void all_reduce(const std::vector<in_array>& in, const std::vector<out_array>& out, const std::string& dtype,
+                const std::string& quant, int bits, int group, const std::string& comp, const std::string& storage,
+                chain_base* chain) {
+  const echo::dtype t = parse_dtype(dtype);
+  const entry& e = find(quant, bits, group, comp, storage);
+  if (in.empty()) throw std::invalid_argument("echo_allreduce.reference: no inputs (one array per rank)");
+  if (in.size() != out.size())
+    throw std::invalid_argument("echo_allreduce.reference: " + std::to_string(in.size()) + " inputs but " +
+                                std::to_string(out.size()) + " outputs");
+  const size_t n = in[0].size();
+  std::vector<const void*> ip(in.size());
+  std::vector<void*> op(out.size());
+  for (size_t r = 0; r < in.size(); ++r) {
+    check_array(in[r].dtype(), t, "inputs", r);
+    check_array(out[r].dtype(), t, "out", r);
+    if (in[r].size() != n || out[r].size() != n)
+      throw std::invalid_argument("echo_allreduce.reference: every input and output must have " + std::to_string(n) +
+                                  " elements (rank " + std::to_string(r) + " differs)");
+    ip[r] = in[r].data();
+    op[r] = out[r].data();
+  }
+  if (chain && chain->ranks() != static_cast<int>(in.size()))
+    throw std::invalid_argument("echo_allreduce.reference: the ChainState has " + std::to_string(chain->ranks()) +
+                                " ranks, the call " + std::to_string(in.size()));
+  nb::gil_scoped_release release;
+  e.run(t, ip, op, n, chain);
+}
+
+}  // namespace
+}  // namespace echo_py::ref
+
+NB_MODULE(_reference, m) {
+  using namespace echo_py::ref;
+  m.doc() = "echo::reference::all_reduce on numpy arrays (use echo_allreduce.reference)";
+  // The reference's own argument checks (capacity, ranks) throw echo::error: an argument problem here.
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const echo::error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  nb::class_<chain_base>(m, "ChainState",
+                         "Error-feedback state of one chain over `ranks` simulated ranks (echo::reference::chain_state).")
+      .def(nb::new_(&make_chain), "ranks"_a, "capacity"_a, "storage"_a = "int8")
+      .def_prop_ro("ranks", &chain_base::ranks)
+      .def_prop_ro("capacity", &chain_base::capacity)
+      .def_prop_ro("storage", &chain_base::storage)
+      .def_prop_ro("size", &chain_base::size, "n of the chain's calls so far (0: fresh)")
+      .def("reset", &chain_base::reset, "End the chain (a pass boundary): the next call starts from zero errors.")
+      .def(
+          "errors",
+          [](const chain_base& c, int rank) {
+            if (rank < 0 || rank >= c.ranks()) throw std::invalid_argument("echo_allreduce.reference.ChainState.errors: rank out of range");
+            auto* v = new std::vector<float>(c.capacity());
+            for (size_t i = 0; i < v->size(); ++i) (*v)[i] = c.error(rank, i);
+            nb::capsule owner(v, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+            return nb::ndarray<nb::numpy, float, nb::ndim<1>>(v->data(), {v->size()}, owner);
+          },
+          "rank"_a, "The stored errors of `rank`, widened to float32 (capacity values).");
+
+  m.def("all_reduce", &all_reduce, "inputs"_a, "out"_a, "dtype"_a, "quant"_a, "bits"_a, "group_size"_a, "comp"_a,
+        "storage"_a, "chain"_a = nb::none());
+  m.def("instantiations", [] {
+    std::vector<std::tuple<std::string, int, int, std::string, std::string>> v;
+    for (const entry& e : table()) v.emplace_back(e.quant, e.bits, e.group, e.comp, e.storage);
+    return v;
+  });
+}

@@ -1,0 +1,64 @@
+// The torch ops' view of one echo::all_reduce instantiation, with its types erased, and the table
+// of compiled instantiations (table.cpp) found by name at run time. Host C++ only: ops.cpp, which
+// includes torch, never sees a CUDA kernel; the instantiations live in one generated .cu per
+// quantizer (torch_ops.cmake), so a parallel build compiles them side by side.
+#pragma once
+
+#include <echo/dtype.cuh>
+#include <echo/error.cuh>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace echo_py::torch_ops {
+
+/// Who the ranks are: what echo::communicator needs, with the all-gather over a process group.
+struct bootstrap {
+  int rank;
+  int size;
+  int device;
+  std::function<void(const void* send, void* recv, size_t bytes)> all_gather;  // collective, blocking
+};
+
+struct options {
+  size_t max_elements;
+  double spin_limit_seconds;
+  long long unquantized_below_bytes;  // -1: from echo's dispatch table
+};
+
+class instance {
+ public:
+  virtual ~instance() = default;
+  /// echo::all_reduce::operator(); state/state_bytes: the caller's chain memory (null/0: none).
+  virtual echo::status all_reduce(echo::dtype, const void* in, void* out, size_t n, void* stream, void* state,
+                                  size_t state_bytes, bool deferred) = 0;
+  /// The deferred half.
+  virtual echo::status update(echo::dtype, const void* in, size_t n, void* stream, void* state, size_t state_bytes) = 0;
+  virtual echo::status check() = 0;
+  virtual std::string last_error() const = 0;
+  /// Bytes of chain state n elements need (0: the compensator keeps none).
+  virtual size_t state_bytes(size_t n) const = 0;
+  virtual size_t unquantized_below_bytes() const = 0;
+};
+
+using factory = std::unique_ptr<instance> (*)(const bootstrap&, const options&);
+
+struct entry {
+  const char* quant;
+  int bits;   ///< 0 for quant none
+  int group;  ///< 0 for quant none
+  const char* comp;
+  const char* storage;  ///< "" for comp none
+  const char* transport;
+  factory make;
+};
+
+/// Every compiled instantiation (table.cpp).
+const std::vector<entry>& table();
+/// The entry for these names; throws std::invalid_argument naming what exists.
+const entry& find(const std::string& quant, int bits, int group, const std::string& comp, const std::string& storage,
+                  const std::string& transport);
+
+}  // namespace echo_py::torch_ops

@@ -1,0 +1,283 @@
+"""The Python front on CPU: EchoAllReduce's reference backend over a 2-process gloo group (bit for
+bit equal to echo_allreduce.reference, so to the GPU op), the env switch, chain bookkeeping, the
+autograd functions, and torch.compile tracing of the ops through their fake implementations."""
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: the front's CPU tests need it")
+import torch.distributed as dist  # noqa: E402
+
+import _ranks  # noqa: E402
+from _ranks import run_ranks, same_bits, to_numpy  # noqa: E402
+from echo_allreduce import reference  # noqa: E402
+
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is unavailable", allow_module_level=True)
+
+P = 2
+TD = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+STORAGES = sorted({e["storage"] for e in reference.instantiations() if e["comp"] == "error_feedback"})
+
+
+def rank_inputs(call, n, dtype, world=P):
+    return _ranks.rank_inputs(call, n, dtype, world)
+
+
+CONFIGS = [
+    dict(quant="zero_aware", bits=4, group_size=128, comp="error_feedback", storage=STORAGES[0]),
+    dict(quant="zero_aware", bits=8, group_size=64, comp="none"),
+    dict(quant="symmetric", bits=4, group_size=128, comp="error_feedback", storage=STORAGES[-1]),
+    dict(quant="naive_zero_point", bits=4, group_size=128, comp="none"),
+    dict(quant="none", comp="none"),
+]
+
+
+def _reference_backend_is_the_reference(rank, world):
+    from echo_allreduce import EchoAllReduce
+
+    n = 3001
+    for cfg in CONFIGS:
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            comm = EchoAllReduce(None, n, backend="reference", **cfg)
+            assert comm.backend == "reference"
+            chain = comm.new_chain()
+            ef = cfg["comp"] == "error_feedback"
+            mine = reference.ChainState(world, n, cfg["storage"]) if ef else None
+            for call in range(4):
+                xs = rank_inputs(call, n - call % 2 * 1000, dtype)  # a shape change mid-chain
+                x = xs[rank].clone()
+                if call % 2:
+                    got = comm.all_reduce(x, out=torch.empty_like(x), chain=chain)
+                else:
+                    got = comm.all_reduce(x, chain=chain)
+                    assert got is x
+                want = reference.all_reduce([to_numpy(t) for t in xs], chain=mine, dtype=TD[dtype],
+                                            **{k: v for k, v in cfg.items() if k != "storage" or ef})[rank]
+                assert same_bits(got, torch.from_numpy(want.view(np.uint8)).view(dtype)), (cfg, dtype, call)
+                every = [torch.empty_like(got) for _ in range(world)]
+                dist.all_gather(every, got)
+                assert all(same_bits(e, got) for e in every)
+
+
+def test_reference_backend_is_bit_identical_to_the_reference():
+    run_ranks(_reference_backend_is_the_reference)
+
+
+def _deferred_equals_fused(rank, world):
+    from echo_allreduce import EchoAllReduce
+
+    n = 2048
+    comm = EchoAllReduce(None, n, comp="error_feedback", storage=STORAGES[0], backend="reference")
+    fused, deferred = comm.new_chain(), comm.new_chain()
+    for call in range(3):
+        x = rank_inputs(call, n, torch.bfloat16)[rank]
+        a = comm.all_reduce(x, out=torch.empty_like(x), chain=fused)
+        b = comm.all_reduce(x, out=torch.empty_like(x), chain=deferred, mode="deferred")
+        comm.update(x, deferred)
+        assert same_bits(a, b)
+
+
+def test_deferred_then_update_equals_fused():
+    run_ranks(_deferred_equals_fused)
+
+
+def _misuse(rank, world):
+    from echo_allreduce import EchoAllReduce
+
+    comm = EchoAllReduce(None, 1000, comp="error_feedback", storage=STORAGES[0], backend="reference")
+    chain = comm.new_chain()
+    x = torch.randn(1000)
+    with pytest.raises(ValueError, match="needs a chain"):
+        comm.all_reduce(x)
+    with pytest.raises(ValueError, match="out tensor"):
+        comm.all_reduce(x, chain=chain, mode="deferred")
+    with pytest.raises(ValueError, match="mode"):
+        comm.all_reduce(x, chain=chain, mode="later")
+    with pytest.raises(RuntimeError, match="no deferred call"):
+        comm.update(x, chain)
+    comm.all_reduce(x, out=torch.empty_like(x), chain=chain, mode="deferred")
+    with pytest.raises(RuntimeError, match="awaits update"):
+        comm.all_reduce(x, out=torch.empty_like(x), chain=chain)
+    with pytest.raises(ValueError, match="input of the chain's deferred call"):
+        comm.update(x.clone(), chain)
+    comm.update(x, chain)
+    with pytest.raises(ValueError, match="max_elements"):
+        comm.all_reduce(torch.randn(1001), chain=chain)
+    with pytest.raises(ValueError, match="capacity"):
+        comm.all_reduce(torch.randn(900), chain=comm.new_chain(800))
+    with pytest.raises(ValueError, match="dtype"):
+        comm.all_reduce(torch.zeros(16, dtype=torch.int32), chain=chain)
+    with pytest.raises(ValueError, match="no compiled reference entry"):
+        EchoAllReduce(None, 100, bits=3, backend="reference")
+    assert comm.should_use(torch.zeros(64)) and not comm.should_use(torch.zeros(63, dtype=torch.float16))
+    assert not comm.should_use(torch.zeros(64, 2).t()) and not comm.should_use(torch.zeros(2000))
+    assert not comm.should_use(torch.zeros(64, dtype=torch.int32))
+
+
+def test_misuse_raises_clear_errors():
+    run_ranks(_misuse)
+
+
+def _env_switch(rank, world):
+    """ECHO_ALLREDUCE is read when an EchoAllReduce is constructed (config.py)."""
+    from echo_allreduce import EchoAllReduce
+
+    x = rank_inputs(0, 4096, torch.float32)[rank]
+    for value in ("off", "int4", "int8", "none", "bogus", ""):
+        os.environ["ECHO_ALLREDUCE"] = value
+        if value == "bogus":
+            with pytest.raises(ValueError, match="ECHO_ALLREDUCE"):
+                EchoAllReduce(None, 100)
+            continue
+        comm = EchoAllReduce(None, 4096, quant="symmetric", bits=4, comp="none", backend="reference")
+        got = comm.all_reduce(x.clone())
+        if value == "off":
+            assert comm.backend == "off" and not comm.should_use(x)
+            want = x.clone()
+            dist.all_reduce(want)
+            assert same_bits(got, want)
+            continue
+        quant, bits = {"int4": ("zero_aware", 4), "int8": ("zero_aware", 8), "none": ("none", 4), "": ("symmetric", 4)}[value]
+        assert (comm.backend, comm.quant, comm.bits) == ("reference", quant, bits), value
+        want = reference.all_reduce([to_numpy(t) for t in rank_inputs(0, 4096, torch.float32)], quant=quant, bits=bits)
+        assert np.array_equal(to_numpy(got), want[rank]), value
+
+
+def test_env_switch():
+    run_ranks(_env_switch)
+
+
+def _autograd(rank, world):
+    """reduce_from_tp: forward = Echo's sum (bit for bit the reference on the forward chain),
+    backward = identity. copy_to_tp: forward = identity, backward = Echo's sum of the gradients
+    (the reference on the backward chain), within the quantizer's bound of the exact sum."""
+    from echo_allreduce import EchoAllReduce
+    from echo_allreduce.autograd import copy_to_tp, reduce_from_tp
+
+    n = 4096
+    comm = EchoAllReduce(None, n, comp="error_feedback", storage=STORAGES[0], backend="reference")
+    fwd, bwd = comm.new_chain(), comm.new_chain()
+    ref_fwd, ref_bwd = (reference.ChainState(world, n, STORAGES[0]) for _ in range(2))
+    for call in range(3):
+        parts = rank_inputs(call, n, torch.float32)
+        grads = rank_inputs(100 + call, n, torch.float32)
+        p = parts[rank].clone().requires_grad_()
+        y = reduce_from_tp(p, comm, fwd)
+        want = reference.all_reduce([to_numpy(t) for t in parts], chain=ref_fwd)[rank]
+        assert np.array_equal(to_numpy(y), want)
+        y.backward(grads[rank])
+        assert same_bits(p.grad, grads[rank])
+
+        x = parts[rank].clone().requires_grad_()
+        z = copy_to_tp(x, comm, bwd)
+        assert same_bits(z, x)
+        z.backward(grads[rank])
+        want = reference.all_reduce([to_numpy(t) for t in grads], chain=ref_bwd)[rank]
+        assert np.array_equal(to_numpy(x.grad), want)
+        exact = sum(g.double() for g in grads)
+        # 4-bit: half a step (range / 15 <= 2 max / 15) for the send and for the sum, twice over:
+        # error feedback adds the previous call's error back in.
+        step = sum(g.abs().max().item() for g in grads) / 3.5
+        assert (x.grad.double() - exact).abs().max().item() <= step
+
+
+def test_autograd_functions_keep_their_own_chains():
+    run_ranks(_autograd)
+
+
+def _tp_mlp(rank, world):
+    """A column -> gelu -> row MLP on 2 ranks equals its single-device twin (quant none: to fp32
+    rounding; zero_aware 4-bit: within the 4-bit steps of the partials and the sum)."""
+    from echo_allreduce import EchoAllReduce
+    from echo_allreduce.tp import ColumnParallelLinear, RowParallelLinear, TensorParallel, _full_weight
+
+    d, h, tokens = 64, 256, 32
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(tokens, d, generator=g)
+    w1, w2 = _full_weight(h, d, 1), _full_weight(d, h, 2)
+    xt = x.clone().requires_grad_()
+    want = torch.nn.functional.linear(torch.nn.functional.gelu(xt @ w1.t()), w2)
+    want.sum().backward()
+    for quant, tol in (("none", 1e-5), ("zero_aware", 0.2)):
+        comm = EchoAllReduce(None, tokens * d, quant=quant, comp="error_feedback", storage=STORAGES[0],
+                             backend="reference")
+        tp = TensorParallel(comm)
+        fc1 = ColumnParallelLinear(d, h, tp, bias=False, seed=1)
+        fc2 = RowParallelLinear(h, d, tp, bias=False, seed=2)
+        tp.new_pass()
+        xe = x.clone().requires_grad_()
+        y = fc2(torch.nn.functional.gelu(fc1(xe)))
+        y.sum().backward()
+        scale = want.abs().max().item()
+        assert (y - want).abs().max().item() <= tol * scale, quant
+        assert (xe.grad - xt.grad).abs().max().item() <= tol * xt.grad.abs().max().item(), quant
+
+
+def test_tp_mlp_matches_its_single_device_twin():
+    run_ranks(_tp_mlp)
+
+
+# ---- torch ops without a GPU: registration and torch.compile tracing -------------------------
+ops = pytest.importorskip("echo_allreduce.ops")
+needs_ops = pytest.mark.skipif(not ops.ops_available(), reason="echo_allreduce was built without its torch ops "
+                               "(ECHO_BUILD_TORCH=OFF)")
+
+
+@needs_ops
+def test_ops_are_registered_with_their_schemas():
+    schema = str(torch.ops.echo.all_reduce.default._schema)
+    assert "Tensor(a!) out" in schema and "Tensor(b!)? state" in schema
+    assert "Tensor(a!) state" in str(torch.ops.echo.update.default._schema)
+    table = torch.ops.echo.instantiations()
+    for g in (32, 64, 128):
+        assert f"zero_aware 4 {g} none - cuda_ipc" in table and f"zero_aware 8 {g} none - cuda_ipc" in table
+    assert "none 0 0 none - cuda_ipc" in table and "zero_aware 4 128 none - nccl" in table
+    with pytest.raises(ValueError, match="cuda:"):
+        torch.ops.echo.all_reduce(1, torch.zeros(16), torch.zeros(16), None, False)
+    with pytest.raises(ValueError, match="names no live"):
+        torch.ops.echo.state_bytes(12345, 16)
+
+
+def _tracing_front():
+    """A front whose ops are traced, never run: no handle is created (there is no GPU here)."""
+    from echo_allreduce.front import EchoAllReduce
+
+    comm = EchoAllReduce.__new__(EchoAllReduce)
+    comm.backend, comm.keeps_state, comm._handle, comm._chains = "cuda", True, 7, {}
+    comm.rank, comm.world_size, comm.max_elements, comm.device = 0, 2, 1 << 20, torch.device("meta")
+    return comm
+
+
+@needs_ops
+def test_compile_traces_a_tp_block_in_one_graph_with_both_chains_mutated():
+    from torch._dynamo.backends.common import aot_autograd
+    from functorch.compile import make_boxed_func
+
+    from echo_allreduce.autograd import copy_to_tp, reduce_from_tp
+
+    comm = _tracing_front()
+    fwd_chain = torch.zeros(4096, dtype=torch.uint8, device="meta")
+    bwd_chain = torch.zeros(4096, dtype=torch.uint8, device="meta")
+    w1 = torch.randn(64, 32, device="meta", requires_grad=True)
+    w2 = torch.randn(32, 64, device="meta", requires_grad=True)
+
+    def block(x):
+        h = torch.nn.functional.linear(copy_to_tp(x, comm, bwd_chain), w1)
+        return x + reduce_from_tp(torch.nn.functional.linear(torch.nn.functional.gelu(h), w2), comm, fwd_chain)
+
+    graphs = []
+
+    def keep(gm, _):
+        graphs.append(gm.code)
+        return make_boxed_func(gm.forward)
+
+    f = torch.compile(block, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
+    x = torch.randn(8, 32, device="meta", requires_grad=True)
+    f(x).sum().backward()
+    forward, backward = graphs
+    assert forward.count("torch.ops.echo.all_reduce.default") == 1  # the row-parallel output
+    assert backward.count("torch.ops.echo.all_reduce.default") == 1  # the column-parallel input gradient
+    assert "copy_" in backward  # the backward chain's mutation reaches the caller's tensor

@@ -1,0 +1,321 @@
+"""The torch ops on 2 GPUs (one process per GPU, an NCCL group): bit for bit equal to
+echo_allreduce.reference through the torch path, CUDA graph capture and replay, torch.compile,
+autograd against the exact all-reduce, the env switch, bad inputs, a missing peer. Skipped, with
+the reason shown (pytest -rs), where torch, the torch ops or 2 GPUs are absent."""
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: the GPU tests need it")
+from echo_allreduce import ops, reference  # noqa: E402
+
+if not ops.ops_available():
+    pytest.skip("echo_allreduce was built without its torch ops (ECHO_BUILD_TORCH=OFF)", allow_module_level=True)
+if torch.cuda.device_count() < 2:
+    pytest.skip(f"needs 2 GPUs, found {torch.cuda.device_count()}", allow_module_level=True)
+
+import torch.distributed as dist  # noqa: E402
+
+from _ranks import dtype_name, from_numpy, rank_inputs, run_ranks, same_bits, to_numpy  # noqa: E402
+
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+STORAGES = ("int8", "bf16", "float")
+# (quant, bits, group_size, comp, storage): a sample of the table covering every quantizer,
+# every group size and every storage.
+CONFIGS = [
+    ("zero_aware", 4, 128, "error_feedback", "int8"),
+    ("zero_aware", 4, 32, "none", ""),
+    ("zero_aware", 4, 64, "error_feedback", "bf16"),
+    ("zero_aware", 8, 128, "error_feedback", "float"),
+    ("zero_aware", 8, 32, "error_feedback", "int8"),
+    ("zero_aware", 8, 64, "none", ""),
+    ("symmetric", 4, 128, "error_feedback", "int8"),
+    ("naive_zero_point", 4, 128, "none", ""),
+    ("none", 4, 128, "none", ""),
+    ("none", 4, 128, "error_feedback", "int8"),
+]
+
+
+def make(cfg, max_elements, **kw):
+    from echo_allreduce import EchoAllReduce
+
+    quant, bits, group, comp, storage = cfg
+    return EchoAllReduce(None, max_elements, quant=quant, bits=bits, group_size=group, comp=comp,
+                         storage=storage or "int8", **kw)
+
+
+class Expect:
+    """The reference's output for this rank along one chain (a ChainState over all ranks)."""
+
+    def __init__(self, cfg, world, capacity):
+        self.quant, self.bits, self.group, self.comp, self.storage = cfg
+        self.chain = reference.ChainState(world, capacity, self.storage) if self.comp == "error_feedback" else None
+
+    def __call__(self, xs, rank, quant=None):
+        out = reference.all_reduce([to_numpy(x) for x in xs], quant=quant or self.quant, bits=self.bits,
+                                   group_size=self.group, chain=self.chain, dtype=dtype_name(xs[0].dtype))
+        return from_numpy(out[rank], xs[0].dtype, xs[0])
+
+
+def _bit_for_bit(rank, world):
+    dev = torch.device("cuda", rank)
+    n = 300_007  # no multiple of any group or of the ranks
+    for cfg in CONFIGS:
+        comm = make(cfg, n, unquantized_below_bytes=0)  # the quantizer itself at every size
+        assert comm.backend == "cuda"
+        for dtype in DTYPES:
+            chain = comm.new_chain()
+            expect = Expect(cfg, world, n)
+            for call in range(4):
+                xs = rank_inputs(call, n - (call == 3) * 1001, dtype, world)  # the last call: a shape change
+                x = xs[rank].to(dev)
+                got = comm.all_reduce(x, chain=chain) if call % 2 else comm.all_reduce(x, out=torch.empty_like(x), chain=chain)
+                assert same_bits(got, expect(xs, rank)), (cfg, dtype, call)
+        comm.check()
+        comm.close()
+
+
+def test_op_equals_the_reference_bit_for_bit():
+    run_ranks(_bit_for_bit, backend="nccl")
+
+
+def _dispatch_nccl_deferred(rank, world):
+    dev = torch.device("cuda", rank)
+    cfg = ("zero_aware", 4, 128, "error_feedback", "int8")
+    # Default dispatch: below unquantized_below_bytes the 16-bit path (the reference's quant none).
+    comm = make(cfg, 4 << 20)
+    below = torch.ops.echo.unquantized_below_bytes(comm._handle)
+    for n in (1000, 32_771, 3 << 20):
+        chain = comm.new_chain()
+        expect = Expect(cfg, world, n)
+        for call in range(2):
+            xs = rank_inputs(call, n, torch.bfloat16, world)
+            got = comm.all_reduce(xs[rank].to(dev), out=torch.empty(n, dtype=torch.bfloat16, device=dev), chain=chain)
+            assert same_bits(got, expect(xs, rank, quant="none" if 2 * n < below else None)), (n, below)
+    # Deferred: all_reduce writes this rank's own errors, update the rest; equal to fused.
+    fused, deferred = comm.new_chain(), comm.new_chain()
+    side = torch.cuda.Stream()
+    for call in range(3):
+        x = rank_inputs(call, 3 << 20, torch.float16, world)[rank].to(dev)
+        a = comm.all_reduce(x, out=torch.empty_like(x), chain=fused)
+        b = comm.all_reduce(x, out=torch.empty_like(x), chain=deferred, mode="deferred")
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            comm.update(x, deferred)
+        torch.cuda.current_stream().wait_stream(side)
+        assert same_bits(a, b), call
+    torch.cuda.synchronize()
+    # The stored errors agree (past the chain's 256-byte header, comp/compensator.cuh, whose
+    # bookkeeping of the deferred update differs).
+    assert torch.equal(fused[256:], deferred[256:])
+    comm.close()
+    # transport::nccl
+    for cfg in (cfg, ("zero_aware", 8, 128, "none", ""), ("none", 4, 128, "error_feedback", "int8")):
+        comm = make(cfg, 100_000, transport="nccl", unquantized_below_bytes=0)
+        chain = comm.new_chain()
+        expect = Expect(cfg, world, 100_000)
+        for call in range(3):
+            xs = rank_inputs(call, 99_999, torch.bfloat16, world)
+            assert same_bits(comm.all_reduce(xs[rank].to(dev), chain=chain), expect(xs, rank)), (cfg, call)
+        comm.close()
+
+
+def test_default_dispatch_deferred_update_and_nccl_transport():
+    run_ranks(_dispatch_nccl_deferred, backend="nccl")
+
+
+def _graph_and_compile(rank, world):
+    dev = torch.device("cuda", rank)
+    cfg = ("zero_aware", 4, 128, "error_feedback", "int8")
+    n = 65_537
+    comm = make(cfg, n, unquantized_below_bytes=0)
+    # CUDA graph: the call, its chain and its buffers captured once, replayed with new inputs.
+    chain = comm.new_chain()
+    static_in = torch.zeros(n, dtype=torch.bfloat16, device=dev)
+    static_out = torch.empty_like(static_in)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside the capture, then a fresh chain
+        comm.all_reduce(static_in, out=static_out, chain=chain)
+    torch.cuda.current_stream().wait_stream(s)
+    chain.zero_()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        comm.all_reduce(static_in, out=static_out, chain=chain)
+    for p in range(2):  # two passes: zero_() between them restarts the chain
+        chain.zero_()
+        expect = Expect(cfg, world, n)
+        for call in range(4):
+            xs = rank_inputs(10 * p + call, n, torch.bfloat16, world)
+            static_in.copy_(xs[rank])
+            graph.replay()
+            assert same_bits(static_out, expect(xs, rank)), (p, call)
+
+    # torch.compile (fullgraph): the op inside a compiled function, bit for bit.
+    chain = comm.new_chain()
+    expect = Expect(cfg, world, n)
+
+    @torch.compile(fullgraph=True)
+    def doubled_sum(x):
+        return comm.all_reduce(x * 2, out=torch.empty_like(x), chain=chain)
+
+    for call in range(3):
+        xs = rank_inputs(call, n, torch.bfloat16, world)
+        got = doubled_sum(xs[rank].to(dev))
+        assert same_bits(got, expect([x * 2 for x in xs], rank)), call
+
+    # torch.compile (fullgraph) of a TP block, forward and backward, against the same block eager.
+    # 8-bit: a code that flips between the two (their GEMMs and norms may round differently) moves
+    # a value by 1/255 of its group's range, well inside the tolerance.
+    from echo_allreduce.tp import ColumnParallelLinear, RowParallelLinear, TensorParallel
+
+    d, tokens = 256, 64
+    blocks = []
+    for _ in range(2):
+        tp = TensorParallel(make(("zero_aware", 8, 128, "error_feedback", "int8"), tokens * d, unquantized_below_bytes=0))
+        fc1 = ColumnParallelLinear(d, 4 * d, tp, seed=1, device=dev, dtype=torch.bfloat16)
+        fc2 = RowParallelLinear(4 * d, d, tp, seed=2, device=dev, dtype=torch.bfloat16)
+        blocks.append((tp, fc1, fc2))
+
+    def block(tp, fc1, fc2, x):
+        return x + fc2(torch.nn.functional.gelu(fc1(torch.nn.functional.layer_norm(x, (d,)))))
+
+    compiled = torch.compile(block, fullgraph=True)
+    for step in range(3):
+        x = rank_inputs(step, tokens * d, torch.bfloat16, 1)[0].view(tokens, d).to(dev)
+        outs, grads = [], []
+        for (tp, fc1, fc2), f in zip(blocks, (block, compiled)):
+            tp.new_pass()
+            xi = x.clone().requires_grad_()
+            y = f(tp, fc1, fc2, xi)
+            y.float().square().sum().backward()
+            outs.append(y.float())
+            grads.append(xi.grad.float())
+        scale = outs[0].abs().max()
+        assert (outs[0] - outs[1]).abs().max() <= 0.05 * scale, step
+        assert (grads[0] - grads[1]).abs().max() <= 0.05 * grads[0].abs().max(), step
+    comm.close()
+
+
+def test_cuda_graph_replay_and_torch_compile():
+    run_ranks(_graph_and_compile, backend="nccl", timeout=600)
+
+
+def _autograd_and_env(rank, world):
+    from echo_allreduce import EchoAllReduce
+    from echo_allreduce.autograd import copy_to_tp, reduce_from_tp
+
+    dev = torch.device("cuda", rank)
+    n = 1 << 18
+    comm = make(("zero_aware", 4, 128, "error_feedback", "int8"), n, unquantized_below_bytes=0)
+    fwd, bwd = comm.new_chain(), comm.new_chain()
+    expect_fwd = Expect(("zero_aware", 4, 128, "error_feedback", "int8"), world, n)
+    expect_bwd = Expect(("zero_aware", 4, 128, "error_feedback", "int8"), world, n)
+    for call in range(3):
+        parts = rank_inputs(call, n, torch.float32, world)
+        grads = rank_inputs(100 + call, n, torch.float32, world)
+        p = parts[rank].to(dev).requires_grad_()
+        y = reduce_from_tp(p, comm, fwd)
+        assert same_bits(y, expect_fwd(parts, rank))
+        y.backward(grads[rank].to(dev))
+        assert same_bits(p.grad, grads[rank])  # identity
+        x = parts[rank].to(dev).requires_grad_()
+        copy_to_tp(x, comm, bwd).backward(grads[rank].to(dev))
+        assert same_bits(x.grad, expect_bwd(grads, rank))
+        # ... and within the 4-bit bound of the exact all-reduce (NCCL)
+        exact = grads[rank].to(dev).double()
+        dist.all_reduce(exact)
+        step = sum(g.abs().max().item() for g in grads) / 3.5  # as in test_front_cpu.py
+        assert (x.grad.double() - exact).abs().max().item() <= step
+    comm.close()
+
+    # The env switch, read at construction.
+    x = rank_inputs(0, 4096, torch.bfloat16, world)
+    for value, want in (("off", None), ("int4", ("zero_aware", 4)), ("int8", ("zero_aware", 8)), ("none", ("none", 4))):
+        os.environ["ECHO_ALLREDUCE"] = value
+        comm = EchoAllReduce(None, 4096, quant="symmetric", comp="none", unquantized_below_bytes=0)
+        got = comm.all_reduce(x[rank].to(dev))
+        if want is None:
+            assert comm.backend == "off" and not comm.should_use(x[rank].to(dev))
+            exact = x[rank].to(dev)
+            dist.all_reduce(exact)
+            assert same_bits(got, exact)
+        else:
+            assert (comm.backend, comm.quant, comm.bits) == ("cuda", *want)
+            assert same_bits(got, Expect((*want, 128, "none", ""), world, 4096)(x, rank))
+        comm.close()
+    del os.environ["ECHO_ALLREDUCE"]
+
+
+def test_autograd_and_env_switch():
+    run_ranks(_autograd_and_env, backend="nccl")
+
+
+def _bad_inputs(rank, world):
+    dev = torch.device("cuda", rank)
+    n = 4096
+    cfg = ("zero_aware", 4, 128, "error_feedback", "int8")
+    comm = make(cfg, n, unquantized_below_bytes=0)
+    chain = comm.new_chain()
+    expect = Expect(cfg, world, n)
+    xs = rank_inputs(0, n, torch.bfloat16, world)
+    x = xs[rank].to(dev)
+    assert same_bits(comm.all_reduce(x, out=torch.empty_like(x), chain=chain), expect(xs, rank))
+    torch.cuda.synchronize()
+    before = chain.clone()
+    assert comm.should_use(x) and not comm.should_use(x[1:]) and not comm.should_use(x.cpu())
+    other = torch.device("cuda", 1 - rank)
+    bad = [
+        ("dtype", lambda: comm.all_reduce(x.to(torch.int32), chain=chain)),
+        ("dtype", lambda: comm.all_reduce(x.double(), chain=chain)),
+        ("cuda:", lambda: comm.all_reduce(x.cpu(), chain=chain)),
+        ("cuda:", lambda: comm.all_reduce(x.to(other), chain=chain)),
+        ("contiguous", lambda: comm.all_reduce(x.view(64, 64).t(), chain=chain)),
+        ("max_elements", lambda: comm.all_reduce(torch.zeros(n + 1, dtype=torch.bfloat16, device=dev), chain=chain)),
+        ("16-byte", lambda: comm.all_reduce(x[1:], out=torch.empty(n - 1, dtype=x.dtype, device=dev), chain=chain)),
+        ("16-byte", lambda: comm.all_reduce(torch.zeros(n + 1, dtype=x.dtype, device=dev)[1:], chain=chain)),
+        ("elements", lambda: comm.all_reduce(x, out=torch.empty(n - 8, dtype=x.dtype, device=dev), chain=chain)),
+        ("out is", lambda: comm.all_reduce(x, out=torch.empty(n, dtype=torch.float16, device=dev), chain=chain)),
+        ("state_bytes", lambda: comm.all_reduce(x, out=torch.empty_like(x), chain=comm.new_chain(1000))),
+        ("uint8", lambda: comm.all_reduce(x, out=torch.empty_like(x), chain=chain.float())),
+        ("needs a chain", lambda: comm.all_reduce(x, out=torch.empty_like(x))),
+        ("out tensor", lambda: comm.all_reduce(x, chain=chain, mode="deferred")),
+        ("no deferred call", lambda: comm.update(x, chain)),
+    ]
+    for what, call in bad:
+        with pytest.raises((ValueError, RuntimeError), match=what):
+            call()
+    torch.cuda.synchronize()
+    assert torch.equal(chain, before)  # every refused call left the state untouched
+    # ... and the chain goes on as if they never happened.
+    xs = rank_inputs(1, n, torch.bfloat16, world)
+    assert same_bits(comm.all_reduce(xs[rank].to(dev), chain=chain), expect(xs, rank))
+    comm.check()
+    handle = comm._handle
+    comm.close()
+    with pytest.raises(ValueError, match="names no live"):
+        torch.ops.echo.all_reduce(handle, x, x, chain, False)
+
+
+def test_bad_inputs_raise_and_leave_the_state_untouched():
+    run_ranks(_bad_inputs, backend="nccl")
+
+
+def _missing_peer(rank, world):
+    dev = torch.device("cuda", rank)
+    comm = make(("zero_aware", 4, 128, "none", ""), 1 << 16, unquantized_below_bytes=0, spin_limit_s=1.0)
+    x = torch.ones(1 << 16, device=dev)
+    if rank == 0:  # rank 1 never calls
+        comm.all_reduce(x)
+        with pytest.raises(RuntimeError, match="timeout"):
+            comm.check()
+        with pytest.raises(RuntimeError, match="poisoned"):
+            comm.all_reduce(x)
+    dist.barrier()
+    comm.close()
+
+
+def test_a_missing_peer_is_a_clear_error_not_a_hang():
+    run_ranks(_missing_peer, backend="nccl", timeout=120)
