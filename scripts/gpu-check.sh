@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build Echo on a GPU machine, run the tests and the benchmark in one go; logs go to $OUT (the
-# device tool's output folder) or ./gpu-logs, bundled as logs.tar.gz beside summary.txt.
+# device tool's output folder) or ./gpu-logs, bundled as logs-<stages>.tar.gz beside summary.txt.
 #
 #   scripts/gpu-check.sh                       build + tests + benchmark (default stages)
 #   ECHO_STAGES="build test" scripts/gpu-check.sh
@@ -20,6 +20,8 @@
 #   socket    NCCL forced onto its socket transport over loopback (the stand-in for a link between
 #             nodes), transport::nccl variants against NCCL
 #   perf      echo_perf (nccl-tests' layout, with error columns), 4-bit with and without error feedback
+#   pybuild   pip install ./python --no-build-isolation (the numpy binding and the torch ops)
+#   python    the Python package's tests (python/tests; the GPU ones need torch and 2 GPUs)
 #
 # NCCL's multicast switches (NCCL_NVLS_ENABLE=0 on our machines) are left exactly as found.
 set -uo pipefail
@@ -34,7 +36,9 @@ summary=$out/summary.txt
 say() { echo "$*" | tee -a "$summary"; }
 # The logs travel as one archive (the device tool returns few files), refreshed after each stage
 # so that a run cut short still returns what it did.
-bundle() { tar -czf "$out/logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null; }
+# One archive per invocation (ECHO_BUNDLE names it; default: the stages), the summary appended to.
+bundle_name=${ECHO_BUNDLE:-logs-${stages// /-}}
+bundle() { tar -czf "$out/$bundle_name.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null; }
 trap bundle EXIT
 
 {
@@ -103,6 +107,19 @@ if [[ $stages == *sanitize* ]]; then
   timeout 200 $cs --tool racecheck --error-exitcode 9 --print-limit 20 "$build/test/gpu/echo_test_collective_faults" \
     -tc='*bad buffers*,*deferred-update*' >"$logs/sanitize-racecheck-faults.log" 2>&1
   say "compute-sanitizer racecheck faults: exit $? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$logs/sanitize-racecheck-faults.log" | head -1)"
+fi
+if [[ $stages == *pybuild* ]]; then
+  start=$SECONDS
+  ECHO_BUILD_TORCH=ON python3 -m pip install --no-build-isolation --no-deps -v ./python >"$logs/pip.log" 2>&1
+  say "pybuild: exit $? in $((SECONDS - start)) s"
+  bundle
+fi
+if [[ $stages == *python* ]]; then
+  start=$SECONDS
+  (cd /tmp && python3 -m pytest -rs -q "$root/python/tests") >"$logs/pytest.log" 2>&1 || rc=1
+  tail -25 "$logs/pytest.log" | tee -a "$summary"
+  say "python tests: $((SECONDS - start)) s"
+  bundle
 fi
 if [[ $stages == *bench* ]]; then
   "$build/benchmark/echo_bench" --benchmark_out="$out/bench.json" --benchmark_out_format=json ${ECHO_BENCH_ARGS:-} \

@@ -30,7 +30,7 @@ for pkg in numpy pytest nanobind scikit_build_core; do
   "$py" -c "import $pkg" 2>/dev/null || missing+=("${pkg//_/-}")
 done
 [ ${#missing[@]} -eq 0 ] || "$py" -m pip install -q "${missing[@]}"
-if ! "$py" -c "import torch" 2>/dev/null && [ "${ECHO_PYTHON_TORCH:-1}" != 0 ]; then
+if ! "$py" -c "import torch" 2>/dev/null && [ "${ECHO_PYTHON_TORCH:-0}" != 0 ]; then
   echo "installing torch (the front's tests need it; ECHO_PYTHON_TORCH=0 skips this)"
   "$py" -m pip install -q torch==2.11.0 || echo "warning: torch did not install; its tests will be skipped"
 fi

@@ -212,6 +212,11 @@ void soak(std::vector<std::unique_ptr<soak_object>>& objects, const char* what) 
     auto& o = objects[r.uniform_int<size_t>(0, objects.size() - 1)];
     o->step(r, t);
     ++per[o->name()];
+    if (t.calls % 2500 == 0) {
+      std::printf("soak %s: %zu calls, %zu checked, %zu mismatched, %zu failed, %.1f s\n", what, t.calls, t.checked,
+                  t.mismatches, t.failures, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      std::fflush(stdout);
+    }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("soak %s: P=%d, %zu calls, %zu checked (%zu elements), %zu mismatched, %zu failed, %.1f s, seed %llu\n", what,
