@@ -85,12 +85,15 @@ class communicator {
  public:
   static constexpr int max_ranks = 8;  // one node
 
+  /// Copies share the one callback object: a callback that keeps state (a round counter, say)
+  /// sees every all-gather of every copy, in order.
   communicator(int rank, int size, int device, all_gather_fn all_gather, ncclComm_t nccl = nullptr)
-      : rank_(rank), size_(size), device_(device), all_gather_(std::move(all_gather)), nccl_(nccl) {
+      : rank_(rank), size_(size), device_(device), all_gather_(std::make_shared<all_gather_fn>(std::move(all_gather))),
+        nccl_(nccl) {
     ECHO_REQUIRE(size >= 1 && size <= max_ranks, "echo::communicator",
                  "size must be in [1, " + std::to_string(max_ranks) + "], got " + std::to_string(size));
     ECHO_REQUIRE(rank >= 0 && rank < size, "echo::communicator", "rank out of range");
-    ECHO_REQUIRE(static_cast<bool>(all_gather_), "echo::communicator", "an all_gather callback is required");
+    ECHO_REQUIRE(static_cast<bool>(*all_gather_), "echo::communicator", "an all_gather callback is required");
   }
 
   /// One communicator per device, all in this process. With with_nccl, each also holds an
@@ -145,7 +148,7 @@ class communicator {
   /// The NCCL communicator, if any (not owned unless made by local()).
   ncclComm_t nccl() const { return nccl_; }
 
-  void all_gather(const void* send, void* recv, size_t bytes) const { all_gather_(send, recv, bytes); }
+  void all_gather(const void* send, void* recv, size_t bytes) const { (*all_gather_)(send, recv, bytes); }
   template <class T>
   std::vector<T> all_gather(const T& mine) const {
     std::vector<T> all(static_cast<size_t>(size_));
@@ -165,7 +168,7 @@ class communicator {
 
  private:
   int rank_, size_, device_;
-  all_gather_fn all_gather_;
+  std::shared_ptr<all_gather_fn> all_gather_;
   ncclComm_t nccl_ = nullptr;
   bool owns_nccl_ = false;
 };
