@@ -12,10 +12,11 @@ enum class state_update { fused, deferred };
 
 struct all_reduce_options {
   /// cuda_ipc: bytes of the data rings a call streams through (a message larger than the rings
-  /// wraps around them under flow control in the same launch). The fixed parts (flags: 8 bytes per
-  /// 2048 values of max_elements and peer, the one-shot region: 2 MiB per rank without
-  /// compensation) come on top. transport::nccl: cap on its chunk buffers.
-  size_t workspace_bytes = size_t(64) << 20;
+  /// takes several rounds, or wraps around them under flow control with stage_lag >= 1). The fixed
+  /// parts (flags: 8 bytes per 2048 values of max_elements and peer, the one-shot region: 2 MiB
+  /// per rank without compensation) come on top. transport::nccl: cap on its chunk buffers.
+  /// 256 MiB: measured faster than 64 MiB from 256 MiB messages up (docs/benchmarks.md).
+  size_t workspace_bytes = size_t(256) << 20;
   /// A peer missing longer than this makes the call fail with status::timeout. Must be > 0.
   double spin_limit_seconds = 10.0;
   /// Below this many bytes a call is not quantized (the transport's best unquantized all-reduce);
