@@ -86,8 +86,8 @@ class AllReduce:
         if self.backend == "echo":
             return self.impl.new_chain(capacity)
         if self.backend == "reference":
-            return self.ref.ChainState(self.ranks, capacity, comp=self.comp,
-                                       storage=self.opts.get("storage", "int8"))
+            kw = {"storage": self.opts["storage"]} if "storage" in self.opts else {}
+            return self.ref.ChainState(self.ranks, capacity, **kw)
         return SimChain(self.ranks, capacity)
 
     @staticmethod
@@ -117,12 +117,18 @@ class AllReduce:
         parts = [torch.empty_like(flat) for _ in range(self.ranks)]
         dist.all_gather(parts, flat, group=self.group)
         dtype = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}[x.dtype]
+        if b == "reference":  # bf16 travels as its bit pattern in uint16 arrays
+            arrays = [(p.view(torch.int16) if dtype == "bf16" else p).cpu().numpy() for p in parts]
+            if dtype == "bf16":
+                arrays = [a.view(np.uint16) for a in arrays]
+            outs = self.ref.all_reduce(arrays, quant=self.quant, bits=self.bits, group_size=self.group_size,
+                                       comp=self.comp, chain=chain, dtype=dtype)
+            o = outs[self.rank]
+            o = torch.from_numpy(o.view(np.int16)).view(torch.bfloat16) if dtype == "bf16" else torch.from_numpy(o)
+            x.copy_(o.view(x.shape))
+            return x
         arrays = [p.float().cpu().numpy() for p in parts]  # exact: bf16/f16 values in fp32
-        if b == "reference":
-            outs = self.ref.all_reduce(arrays, quant=self.quant, bits=self.bits, group=self.group_size,
-                                       comp=self.comp, state=chain, dtype=dtype)
-        else:
-            outs = sim_all_reduce(arrays, self.quant, self.bits, self.group_size, chain, dtype)
+        outs = sim_all_reduce(arrays, self.quant, self.bits, self.group_size, chain, dtype)
         x.copy_(torch.from_numpy(np.asarray(outs[self.rank], dtype=np.float32)).view(x.shape).to(x.dtype))
         return x
 
