@@ -4,14 +4,14 @@ A backend is named by a spec string, so that a flag switches it:
 
     nccl                      torch.distributed.all_reduce (NCCL on GPUs, gloo on the CPU): exact
     noop                      no communication at all (times the step without its all-reduce)
-    echo[:QUANT][,k=v...]     echo_allreduce.EchoAllReduce on the GPU
+    echo[:QUANT][:k=v...]     echo_allreduce.EchoAllReduce on the GPU
     reference[:QUANT]         all-gather the ranks' tensors over the group, run
                               echo_allreduce.reference on the CPU, keep this rank's output
     sim[:QUANT]               the same, through sim_all_reduce below (a numpy model of the
                               algorithm with fp32 error state) for machines without echo_allreduce
 
 QUANT is <za|nz|sym|none><bits>g<group>[+ef], e.g. za4g128+ef (zero_aware, 4 bits, groups of
-128, error_feedback); options after commas: storage=int8|int4|float|bf16|f16,
+128, error_feedback); options after colons: storage=int8|int4|float|bf16|f16,
 transport=cuda_ipc|nccl, below=<unquantized_below_bytes>. `echo` alone takes the package's
 defaults.
 
@@ -28,9 +28,10 @@ QUANTS = {"za": "zero_aware", "nz": "naive_zero_point", "sym": "symmetric", "non
 
 
 def parse(spec):
-    """'echo:za4g128+ef,below=0' -> (backend, options dict)."""
-    head, _, rest = spec.partition(",")
-    backend, _, q = head.partition(":")
+    """'echo:za4g128+ef:below=0' -> (backend, options dict)."""
+    backend, *fields = spec.split(":")
+    q = fields[0] if fields and "=" not in fields[0] else ""
+    rest = fields[1:] if q else fields
     if backend not in ("nccl", "noop", "echo", "reference", "sim"):
         raise ValueError(f"unknown all-reduce backend {backend!r} in {spec!r}")
     opts = {}
@@ -44,7 +45,7 @@ def parse(spec):
         if m.group(3):
             opts["group_size"] = int(m.group(3))
         opts["comp"] = "error_feedback" if m.group(4) else "none"
-    for kv in filter(None, rest.split(",")):
+    for kv in rest:
         k, _, v = kv.partition("=")
         key = {"below": "unquantized_below_bytes"}.get(k, k)
         opts[key] = int(v) if key == "unquantized_below_bytes" else v

@@ -189,7 +189,7 @@ def windows_of(ids, length, count):
 
 def with_quantizer_always(spec):
     """Echo's size dispatch would send small calls to its 16-bit path; here every call quantizes."""
-    return spec + ",below=0" if spec.startswith("echo") and "below=" not in spec else spec
+    return spec + ":below=0" if spec.startswith("echo") and "below=" not in spec else spec
 
 
 def setup(args, dev, world, rank):
@@ -246,7 +246,7 @@ def main_rank(args, dev):
     t0 = time.time()
     cfg, tok, model, dirs = setup(args, dev, world, rank)
     ids = np.load(find_file("val_ids.u16.npy", dirs)).astype(np.int64)
-    windows = windows_of(ids, args.window + 1, args.windows)
+    windows = windows_of(ids, args.window, args.windows)
     log(f"loaded in {time.time() - t0:.0f} s; {windows.shape[0]} windows of {args.window} tokens "
         f"({windows.shape[0] * args.window} scored tokens), device {dev}, world {world}")
     max_el = args.batch * args.window * cfg["embedding_length"]

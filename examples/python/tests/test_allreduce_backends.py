@@ -14,12 +14,13 @@ from allreduce_backends import SimChain, parse, sim_all_reduce  # noqa: E402
 
 def test_parse():
     assert parse("nccl") == ("nccl", {})
-    assert parse("echo:za4g128+ef,below=0,storage=float") == (
+    assert parse("echo:za4g128+ef:below=0:storage=float") == (
         "echo", {"quant": "zero_aware", "bits": 4, "group_size": 128, "comp": "error_feedback",
                  "unquantized_below_bytes": 0, "storage": "float"})
     assert parse("reference:sym4g128")[1]["comp"] == "none"
     with pytest.raises(ValueError):
         parse("echo:za4x128")
+    assert parse("echo:storage=float") == ("echo", {"storage": "float"})
     with pytest.raises(ValueError):
         parse("mpi")
 
