@@ -66,7 +66,7 @@ class AllReduce:
         self.comp = self.opts.get("comp", "error_feedback" if self.backend == "echo" else "none")
         if self.backend == "echo":
             import echo_allreduce as ear
-            self.impl = ear.EchoAllReduce(group, max_elements, **self.opts)
+            self.impl = ear.EchoAllReduce(group or dist.group.WORLD, max_elements, **self.opts)
         elif self.backend in ("reference", "sim"):
             self.quant = self.opts.get("quant", "zero_aware")
             self.bits = self.opts.get("bits", 4)
