@@ -83,13 +83,16 @@ class Layers(torch.nn.Module):
             q = self.rope(q.view(B, T, self.hq, self.hd).transpose(1, 2), pos)
             k = self.rope(k.view(B, T, self.hkv, self.hd).transpose(1, 2), pos)
             v = v.view(B, T, self.hkv, self.hd).transpose(1, 2)
-            if cache is not None:
+            rep = self.hq // self.hkv
+            if cache is not None:  # decode, T = 1: a KV head's query heads are its "query positions"
                 K, V = cache[i]
                 K[:, :, -T:].copy_(k)
                 V[:, :, -T:].copy_(v)
-                a = F.scaled_dot_product_attention(q, K, V, enable_gqa=True)
-            else:
-                a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+                a = F.scaled_dot_product_attention(q.reshape(B, self.hkv, rep * T, self.hd), K, V)
+                a = a.view(B, self.hq, T, self.hd)
+            else:  # whole K/V per query head, so the flash kernel applies (a small copy next to the GEMMs)
+                a = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1),
+                                                   is_causal=True)
             x = x + reduce_from_tp(a.transpose(1, 2).reshape(B, T, -1) @ m.o.T, chains)
             g, u = (copy_to_tp(m.n2(x), chains) @ m.gu.T).chunk(2, -1)
             x = x + reduce_from_tp((F.silu(g) * u) @ m.d.T, chains)
@@ -173,6 +176,7 @@ class Workload:
             C = cfg.context
             self.x = torch.randn(size, 1, H, generator=g, device=dev).to(dtype)
             self.pos = torch.tensor([C], device=dev)
+            assert model.hq % model.hkv == 0
             self.cache = [tuple(torch.randn(size, model.hkv, C + 1, model.hd, generator=g, device=dev).to(dtype)
                                 for _ in range(2)) for _ in model.layers]
         else:  # train
