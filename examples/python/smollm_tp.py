@@ -9,7 +9,8 @@ docs/real-model.md has the results and the reasoning.
     python3 examples/python/smollm_tp.py eval --cpu --windows 4 --variants nccl,reference:za4g128+ef
 
 Model math: fp32 everywhere (TF32 off) except the all-reduce, whose messages are bf16 as a bf16
-deployment sends them; the exact baseline `nccl` is the bf16 NCCL all-reduce. Split: attention by
+deployment sends them; the exact baseline `nccl` is the bf16 NCCL all-reduce (`nccl:dtype=f32`
+sends fp32 messages: the model without any all-reduce rounding). Split: attention by
 KV group, the 3 KV groups dealt contiguously (rank 0: groups 0-1 = query heads 0-5, rank 1:
 group 2 = heads 6-8) -- heads are independent, so any split is exact, and the uneven one costs
 only balance; the MLP in halves (768 + 768); embedding, norms and the tied head replicated. Two
@@ -35,7 +36,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DATA = os.path.join(ROOT, ".data", "smollm")
 PROMPTS = ["What is the Linux kernel?", "Write a short poem about the sea.",
            "Explain in two sentences why the sky is blue.", "Give three tips for writing clear documentation."]
-DEFAULT_VARIANTS = ("nccl,echo:za4g32,echo:za4g32+ef,echo:za4g64,echo:za4g64+ef,echo:za4g128,echo:za4g128+ef,"
+DEFAULT_VARIANTS = ("nccl:dtype=f32,nccl,echo:za4g32,echo:za4g32+ef,echo:za4g64,echo:za4g64+ef,echo:za4g128,echo:za4g128+ef,"
                     "echo:sym4g128,echo:sym4g128+ef,echo:nz4g128,echo:nz4g128+ef,echo:za8g128,echo:za8g128+ef,"
                     "echo:za3g128+ef,echo:za2g128+ef")
 
@@ -124,6 +125,8 @@ class Llama:
     def reduce(self, y, ar, chain):
         if self.world == 1:
             return y
+        if ar.opts.get("dtype") == "f32":  # the fp32 sum: what bf16 messages cost even exactly summed
+            return ar(y, chain)
         return ar(y.to(torch.bfloat16), chain).float()
 
     def forward(self, ids, ar, chain, record=None):
