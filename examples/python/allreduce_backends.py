@@ -7,8 +7,8 @@ A backend is named by a spec string, so that a flag switches it:
     echo[:QUANT][:k=v...]     echo_allreduce.EchoAllReduce on the GPU
     reference[:QUANT]         all-gather the ranks' tensors over the group, run
                               echo_allreduce.reference on the CPU, keep this rank's output
-    sim[:QUANT]               the same, through sim_all_reduce below (a numpy model of the
-                              algorithm with fp32 error state) for machines without echo_allreduce
+    sim[:QUANT]               the same, through sim_all_reduce below (a torch model of the
+                              algorithm with fp32 error state, on the device of the tensors)
 
 QUANT is <za|nz|sym|none><bits>g<group>[+ef], e.g. za4g128+ef (zero_aware, 4 bits, groups of
 128, error_feedback); options after colons: storage=int8|int4|float|bf16|f16,
@@ -128,9 +128,8 @@ class AllReduce:
             o = torch.from_numpy(o.view(np.int16)).view(torch.bfloat16) if dtype == "bf16" else torch.from_numpy(o)
             x.copy_(o.view(x.shape))
             return x
-        arrays = [p.float().cpu().numpy() for p in parts]  # exact: bf16/f16 values in fp32
-        outs = sim_all_reduce(arrays, self.quant, self.bits, self.group_size, chain, dtype)
-        x.copy_(torch.from_numpy(np.asarray(outs[self.rank], dtype=np.float32)).view(x.shape).to(x.dtype))
+        outs = sim_all_reduce(parts, self.quant, self.bits, self.group_size, chain, dtype)  # where x is
+        x.copy_(outs[self.rank].view(x.shape))  # exact: the outputs are values of x's type
         return x
 
     def exact(self, x):
@@ -140,10 +139,12 @@ class AllReduce:
         return x
 
 
-# ---- sim: a numpy model of Echo's algorithm (docs/design.md), for machines without the package.
-# It follows the reference's operation order (fp16 parameters rounded outward, scale inverse in
-# fp32, round half to even, rank-order fp32 sum) but keeps the error in fp32 where the package's
-# default stores a compact int8 code, and is not tested bit for bit: use `reference` for claims.
+# ---- sim: a torch model of Echo's algorithm (docs/design.md), for what the package lacks (2 and 3
+# bits today) and for machines without it. It follows the reference's operation order (fp16
+# parameters rounded outward, the scale's inverse in fp32, the code as one rounding of x * inv + z
+# (the reference's fma), ties to even, rank-order fp32 sum) and keeps the error in
+# fp32. examples/python/tests checks it bit for bit against echo_allreduce.reference (fp32
+# error storage); it runs on the device of its inputs.
 
 class SimChain:
     def __init__(self, ranks, capacity):
@@ -154,83 +155,93 @@ class SimChain:
         self.err = None
 
 
+def _half_step(h, up):
+    """The next fp16 value above (up) or below h, through the bit pattern."""
+    b = h.view(torch.int16).int() & 0xFFFF
+    neg, mag = (b >> 15) == 1, b & 0x7FFF
+    away = neg ^ up  # moving away from zero
+    nb = torch.where(away, (b & 0x8000) | (mag + 1), (b & 0x8000) | (mag - 1))
+    nb = torch.where(~away & (mag == 0), torch.where(neg, 0x0001, 0x8001), nb)  # through zero
+    return torch.where(nb >= 0x8000, nb - 0x10000, nb).to(torch.int16).view(torch.float16)
+
+
 def _half_round(s, up):
-    s = np.asarray(s, np.float32)
-    h = s.astype(np.float16)
-    off = (h.astype(np.float32) < s) if up else (h.astype(np.float32) > s)
-    h = np.where(off & np.isfinite(s), np.nextafter(h, np.float16(np.inf if up else -np.inf)), h)
-    return np.clip(h, np.float16(-65504), np.float16(65504)).astype(np.float32)
+    """fp32 -> fp16 rounded up (down), clamped to the finite range, back in fp32."""
+    h = s.to(torch.float16)
+    off = (h.float() < s) if up else (h.float() > s)
+    h = torch.where(off & torch.isfinite(s), _half_step(h, up), h)
+    return h.float().clamp(-65504.0, 65504.0)
 
 
 def _round_to(v, dtype):
-    if dtype == "f32":
-        return v
-    if dtype == "f16":
-        return v.astype(np.float16).astype(np.float32)
-    u = v.astype(np.float32).view(np.uint32)
-    u = (u + (((u >> 16) & 1) + 0x7FFF)) & 0xFFFF0000  # bf16, round to nearest even
-    return np.where(np.isnan(v), v, u.view(np.float32))
+    return {"f32": v, "f16": v.half().float(), "bf16": v.bfloat16().float()}[dtype]
+
+
+def _code(a, inv, z, maxc):
+    """clamp(RN(a * inv + z)): the reference's fma into code_magic + z, one rounding. The product
+    of two fp32 values is exact in fp64; a half-integer product is a tie, which goes to even."""
+    p = a.double() * inv.double()
+    r = torch.round(p)
+    q = torch.where((p - r).abs() == 0.5, torch.round(p + z), r + z)
+    return q.clamp(0, maxc).float()
 
 
 def _round_trip(v, quant, bits, g, dtype):
     """D(Q(v)) for a message whose groups start at index 0 (segments are whole groups)."""
     if quant == "none":
         return _round_to(v, dtype)
-    n = v.size
-    pad = (-n) % g
-    x = np.concatenate([v, np.repeat(v[-1:], pad)]).reshape(-1, g).astype(np.float32)
-    maxc = np.float32(2 ** bits - 1)
-    lo, hi = x.min(1, keepdims=True), x.max(1, keepdims=True)
-    finite = np.isfinite(x).all(1, keepdims=True)
-    with np.errstate(all="ignore"):
-        if quant == "zero_aware":
-            lo0, hi0 = np.minimum(lo, 0), np.maximum(hi, 0)
-            s = np.where(hi0 - lo0 > 0, _half_round((hi0 - lo0) / maxc, True), 0).astype(np.float32)
-            inv = np.where(s > 0, np.float32(1) / s, 0).astype(np.float32)
-            z = np.clip(np.rint(-lo0 * inv), 0, maxc)
-            q = np.clip(np.rint(x * inv) + z, 0, maxc)
-            r = (q - z) * s
-        elif quant == "symmetric":
-            c = np.float32(2 ** (bits - 1))
-            m = np.maximum(-lo, hi)
-            s = np.where(m > 0, _half_round(m / (c - 1), True), 0).astype(np.float32)
-            inv = np.where(s > 0, np.float32(1) / s, 0).astype(np.float32)
-            q = np.clip(np.rint(x * inv) + c, 0, maxc)
-            r = (q - c) * s
-        elif quant == "naive_zero_point":
-            lo_h = _half_round(lo, False)
-            s = np.where(hi - lo_h > 0, _half_round((hi - lo_h) / maxc, True), 0).astype(np.float32)
-            inv = np.where(s > 0, np.float32(1) / s, 0).astype(np.float32)
-            q = np.clip(np.rint((x - lo_h) * inv), 0, maxc)
-            r = lo_h + q * s
-        else:
-            raise ValueError(f"sim: unknown quantizer {quant!r}")
-    r = np.where(finite, r, np.nan).astype(np.float32)
-    return r.reshape(-1)[:n]
+    n = v.numel()
+    x = torch.cat([v, v[-1:].expand((-n) % g)]).view(-1, g)  # the tail group padded with its last value
+    maxc = float(2 ** bits - 1)
+    lo, hi = x.amin(1, keepdim=True), x.amax(1, keepdim=True)
+    finite = torch.isfinite(x).all(1, keepdim=True)
+    zero = torch.zeros((), device=v.device)
+
+    def scale_inv(span, div):
+        s = torch.where(span > 0, _half_round(span / div, True), zero)
+        return s, torch.where(s > 0, 1.0 / s, zero)
+
+    if quant == "zero_aware":
+        lo0, hi0 = lo.clamp(max=0), hi.clamp(min=0)
+        s, inv = scale_inv(hi0 - lo0, maxc)
+        z = torch.round(-lo0 * inv).clamp(0, maxc)
+        r = (_code(x, inv, z, maxc) - z) * s
+    elif quant == "symmetric":
+        c = float(2 ** (bits - 1))
+        s, inv = scale_inv(torch.maximum(-lo, hi), c - 1)
+        r = (_code(x, inv, c, maxc) - c) * s
+    elif quant == "naive_zero_point":
+        lo_h = _half_round(lo, False)
+        s, inv = scale_inv(hi - lo_h, maxc)
+        r = lo_h + _code(x - lo_h, inv, 0.0, maxc) * s
+    else:
+        raise ValueError(f"sim: unknown quantizer {quant!r}")
+    return torch.where(finite, r, torch.nan).view(-1)[:n]
 
 
-def sim_all_reduce(arrays, quant, bits, g, chain, dtype):
-    P, n = len(arrays), arrays[0].size
+def sim_all_reduce(tensors, quant, bits, g, chain, dtype):
+    """Echo's all-reduce over len(tensors) simulated ranks: fp32 tensors holding values of
+    `dtype` in, the (identical) fp32 outputs of every rank out."""
+    P, n = len(tensors), tensors[0].numel()
+    dev = tensors[0].device
     granule = 256 if quant == "none" else g
     G = -(-n // granule)
-    owner = np.empty(n, np.int64)
+    owner = torch.empty(n, dtype=torch.int64, device=dev)
     for j in range(P):  # segment j: whole granules, the first G % P segments one more
         b = min((j * (G // P) + min(j, G % P)) * granule, n)
         e = min(((j + 1) * (G // P) + min(j + 1, G % P)) * granule, n)
         owner[b:e] = j
-    xp = [a.astype(np.float32).reshape(-1) for a in arrays]
-    ef = chain is not None
-    if ef:
-        if chain.err is None or chain.err[0].size != n:
-            chain.err = [np.zeros(n, np.float32) for _ in range(P)]
+    xp = [t.float().reshape(-1) for t in tensors]
+    if chain is not None:
+        if chain.err is None or chain.err[0].numel() != n:
+            chain.err = [torch.zeros(n, device=dev) for _ in range(P)]
         xp = [x + e for x, e in zip(xp, chain.err)]
     recv = [_round_trip(x, quant, bits, g, dtype) for x in xp]
-    terms = [np.where(owner == i, xp[i], recv[i]) for i in range(P)]
-    S = terms[0].copy()
+    S = torch.where(owner == 0, xp[0], recv[0])
     for i in range(1, P):
-        S = S + terms[i]
+        S = S + torch.where(owner == i, xp[i], recv[i])
     out = _round_to(_round_trip(S, quant, bits, g, dtype), dtype)
-    if ef:
-        err = [np.where(owner == i, S - out, xp[i] - recv[i]) for i in range(P)]
-        chain.err = [np.where(np.isfinite(e), e, 0).astype(np.float32) for e in err]
+    if chain is not None:
+        err = [torch.where(owner == i, S - out, xp[i] - recv[i]) for i in range(P)]
+        chain.err = [torch.where(torch.isfinite(e), e, 0.0) for e in err]
     return [out] * P

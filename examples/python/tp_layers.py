@@ -110,6 +110,8 @@ def _init_and_run(fn, args):
     use_cuda = torch.cuda.is_available() and not getattr(args, "cpu", False)
     if use_cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    else:  # ranks share the cores
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["WORLD_SIZE"])))
     dist.init_process_group("nccl" if use_cuda else "gloo",
                             device_id=torch.device("cuda", torch.cuda.current_device()) if use_cuda else None)
     try:

@@ -1,4 +1,4 @@
-"""The examples' numpy model of Echo (allreduce_backends.sim_all_reduce) against the compiled host
+"""The examples' torch model of Echo (allreduce_backends.sim_all_reduce) against the compiled host
 reference (echo_allreduce.reference), bit for bit, and the spec parser. Needs numpy and torch;
 the comparison skips visibly where echo_allreduce is not installed."""
 import os
@@ -51,7 +51,7 @@ def test_sim_equals_reference(quant, bits, g, comp, dtype, ranks):
         vals = [_bits_f32(i) for i in ins] if dtype == "bf16" else xs
         ref = R.all_reduce(ins, quant=quant, bits=bits or 4, group_size=g or 128, comp=comp, chain=ch, dtype=dtype)
         ref = [_bits_f32(o) for o in ref] if dtype == "bf16" else ref
-        sim = sim_all_reduce(vals, quant, bits, g, sc, dtype)
+        sim = [o.numpy() for o in sim_all_reduce([torch.from_numpy(v) for v in vals], quant, bits, g, sc, dtype)]
         for a, b in zip(ref, sim):
             assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), f"call {call}"
 
@@ -64,6 +64,6 @@ def test_sim_error_feedback_telescopes():
     for _ in range(20):
         xs = [rng.standard_normal(n).astype(np.float32) for _ in range(2)]
         exact += xs[0].astype(np.float64) + xs[1]
-        got += sim_all_reduce(xs, "zero_aware", 4, 128, ch, "f32")[0]
-    last = sum(ch.err)
+        got += sim_all_reduce([torch.from_numpy(x) for x in xs], "zero_aware", 4, 128, ch, "f32")[0].double().numpy()
+    last = sum(e.double().numpy() for e in ch.err)
     np.testing.assert_allclose(got + last, exact, atol=1e-4)
