@@ -256,6 +256,11 @@ def main_rank(args, dev):
     res = {"config": vars(args), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
            "date": time.strftime("%Y-%m-%d %H:%M"), "ppl": {}, "depth": {}, "generations": {}}
 
+    def save():  # after every stage, so a failure late in the run keeps what was measured
+        if rank == 0 and args.out:
+            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+            json.dump(res, open(args.out, "w"), indent=1)
+
     def make(spec):
         try:
             return AllReduce(with_quantizer_always(spec), max_elements=max_el)
@@ -272,17 +277,7 @@ def main_rank(args, dev):
         res["ppl"][spec] = {"ppl": math.exp(tot / cnt), "nll": tot / cnt, "tokens": cnt, "per_window": per,
                             "ran_as": ar.spec}
         log(f"{spec:22s} ppl {math.exp(tot / cnt):.4f}  nll {tot / cnt:.6f}  ({time.time() - t:.1f} s)")
-
-    if args.check_reference:  # the same variant through Echo and the CPU reference, on the GPU model
-        sub = windows[: args.check_windows]
-        res["reference_check"] = {}
-        for spec in (f"echo:{args.check_reference}", f"reference:{args.check_reference}"):
-            tot, cnt, per = nll(model, sub, make(spec), args.batch)
-            res["reference_check"][spec] = {"ppl": math.exp(tot / cnt), "tokens": cnt, "per_window": per}
-            log(f"check {spec:22s} ppl {math.exp(tot / cnt):.10f} on {cnt} tokens")
-        a, b = (v["per_window"] for v in res["reference_check"].values())
-        res["reference_check"]["bit_identical_nll"] = a == b
-        log(f"check: per-window NLL identical: {a == b}")
+        save()
 
     if args.depth:
         sub = windows[: args.depth_windows].to(dev)
@@ -295,6 +290,7 @@ def main_rank(args, dev):
             res["depth"][spec] = [((r - e).norm() / e.norm()).item() for r, e in zip(rec, rec_exact)]
             log(f"depth {spec}: rel. RMS error after layers 1, 10, 20, 30: "
                 + ", ".join(f"{res['depth'][spec][i]:.2e}" for i in (0, 9, 19, 29)))
+        save()
 
     for spec in filter(None, args.generate.split(",")):
         ar = make(spec)
@@ -302,10 +298,25 @@ def main_rank(args, dev):
         log(f"\n== {spec}")
         for p, g in res["generations"][spec].items():
             log(f"> {p}\n{g}")
+        save()
+    # last: the slowest part, and the one that needs the reference's chain storage to match the op's
+    if args.check_reference:  # the same variant through Echo and the CPU reference, on the GPU model
+        sub = windows[: args.check_windows]
+        res["reference_check"] = {}
+        for spec in (f"echo:{args.check_reference}", f"reference:{args.check_reference}"):
+            ar = make(spec)
+            tot, cnt, per = nll(model, sub, ar, args.batch)
+            res["reference_check"][spec] = {"ppl": math.exp(tot / cnt), "tokens": cnt, "per_window": per,
+                                            "ran_as": ar.spec}
+            log(f"check {spec:22s} ppl {math.exp(tot / cnt):.10f} on {cnt} tokens")
+        a, b = (v["per_window"] for v in res["reference_check"].values())
+        res["reference_check"]["bit_identical_nll"] = a == b
+        log(f"check: per-window NLL identical: {a == b}")
+        save()
+
     log(f"total {time.time() - t0:.0f} s")
+    save()
     if rank == 0 and args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        json.dump(res, open(args.out, "w"), indent=1)
         log(f"wrote {args.out}")
 
 
