@@ -112,7 +112,8 @@ class AllReduce:
                 self.fallbacks += 1
                 dist.all_reduce(x, group=self.group)
                 return x
-            return self.impl.all_reduce(x, chain=chain)
+            self.impl.all_reduce(x, chain=chain)  # in place
+            return x
         # reference / sim: every rank computes every rank's result on the CPU, keeps its own
         flat = x.contiguous().view(-1)
         parts = [torch.empty_like(flat) for _ in range(self.ranks)]
