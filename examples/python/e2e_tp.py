@@ -307,6 +307,11 @@ def main_rank(cfg, dev):
         cmd.put(("stats",))
         return res.get(timeout=60)[1]
 
+    def save(o):
+        if rank == 0 and cfg.out:
+            os.makedirs(os.path.dirname(os.path.abspath(cfg.out)), exist_ok=True)
+            json.dump(o, open(cfg.out, "w"), indent=1)
+
     use_graph = dev.type == "cuda" and not cfg.no_graphs
     for kind, size in works:
         w = Workload(kind, size, cfg, model, dev, dtype)
@@ -333,16 +338,15 @@ def main_rank(cfg, dev):
         del w
         if dev.type == "cuda":
             torch.cuda.empty_cache()
+        save(out)  # after every workload: a run cut short keeps what it measured
     out["fallbacks_to_nccl"] = {s: a.fallbacks for s, a in ars.items()}
     out["wall_s"] = time.time() - t_start
     log(f"total {out['wall_s']:.0f} s")
     if bg is not None:
         cmd.put(("stop",))
         bg.join(timeout=30)
-    if rank == 0 and cfg.out:
-        os.makedirs(os.path.dirname(os.path.abspath(cfg.out)), exist_ok=True)
-        json.dump(out, open(cfg.out, "w"), indent=1)
-        log(f"wrote {cfg.out}")
+    save(out)
+    log(f"wrote {cfg.out}" if cfg.out else "")
 
 
 def main():
