@@ -2,7 +2,7 @@
 """One figure of train and validation loss of every variant in train_tp.py's JSON, and a markdown
 table of final validation losses, the gap to bf16 NCCL, and the step times.
 
-    python3 examples/python/plot_training.py docs/results/training.json \
+    python3 examples/python/plot_training.py docs/results/training.json [more.json ...] \
         --png docs/img/training-loss.png --md docs/results/training-table.md
 """
 import argparse
@@ -45,12 +45,16 @@ def table(d):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("json")
+    ap.add_argument("json", nargs="+", help="one or more JSON files of train_tp.py (variants merge, later wins)")
     ap.add_argument("--png", default="docs/img/training-loss.png")
     ap.add_argument("--md", default=None)
     ap.add_argument("--smooth", type=int, default=10, help="moving average over this many logged train losses")
     args = ap.parse_args()
-    d = json.load(open(args.json))
+    d = {"runs": [], "variants": {}}
+    for path in args.json:
+        part = json.load(open(path))
+        d["runs"] += part.get("runs", [])
+        d["variants"].update(part.get("variants", {}))
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

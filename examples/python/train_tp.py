@@ -248,27 +248,33 @@ def main_rank(cfg, dev):
     cfg.vocab = meta["vocab"]
     log(f"world {dist.get_world_size()}, device {dev}, {windows.shape[0]} validation windows of {cfg.seq_len} "
         f"({windows.numel() - windows.shape[0]} tokens), {cfg.batch * cfg.seq_len} tokens a step")
-    results = {"config": {k: v for k, v in vars(cfg).items()}, "variants": {}}
-    if cfg.noop_steps:
-        results["noop_step_ms"] = time_noop(cfg, train, dev, log)
-    for spec in cfg.variants.split(","):
-        rec = train_variant(cfg, spec, train, windows, dev, log)
-        if "noop_step_ms" in results and "step_ms" in rec:
-            rec["allreduce_share"] = 1 - results["noop_step_ms"] / rec["step_ms"]
-            log(f"{spec}: all-reduce share of the step {100 * rec['allreduce_share']:.1f} %")
-        results["variants"][spec] = rec
+    config = {k: v for k, v in vars(cfg).items()}
+    old = {}
     if rank == 0 and cfg.out:
         old = json.load(open(cfg.out)) if os.path.exists(cfg.out) else {}
-        old.setdefault("runs", []).append({"config": results["config"], "noop_step_ms": results.get("noop_step_ms"),
-                                           "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-                                           "date": time.strftime("%Y-%m-%d %H:%M")})
-        for k, v in results["variants"].items():
-            v["run"] = len(old["runs"]) - 1
-            old.setdefault("variants", {})[k] = v
+        old.setdefault("runs", []).append({"config": config, "date": time.strftime("%Y-%m-%d %H:%M"),
+                                           "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"})
         os.makedirs(os.path.dirname(os.path.abspath(cfg.out)), exist_ok=True)
-        with open(cfg.out, "w") as f:
-            json.dump(old, f, indent=1)
-        log(f"wrote {cfg.out}")
+
+    def save():  # after every variant: a call cut short keeps the variants it finished
+        if rank == 0 and cfg.out:
+            with open(cfg.out, "w") as f:
+                json.dump(old, f, indent=1)
+
+    noop_ms = time_noop(cfg, train, dev, log) if cfg.noop_steps else None
+    if rank == 0 and cfg.out:
+        old["runs"][-1]["noop_step_ms"] = noop_ms
+    save()
+    for spec in cfg.variants.split(","):
+        rec = train_variant(cfg, spec, train, windows, dev, log)
+        if noop_ms and "step_ms" in rec:
+            rec["allreduce_share"] = 1 - noop_ms / rec["step_ms"]
+            log(f"{spec}: all-reduce share of the step {100 * rec['allreduce_share']:.1f} %")
+        if rank == 0 and cfg.out:
+            rec["run"] = len(old["runs"]) - 1
+            old.setdefault("variants", {})[spec] = rec
+            save()
+            log(f"wrote {cfg.out}")
 
 
 def main():
