@@ -95,7 +95,7 @@ class AllReduce:
     def reset(chain):
         if chain is None:
             return
-        if isinstance(chain, torch.Tensor):
+        if hasattr(chain, "zero_"):  # echo's state tensor (or its reference chain)
             chain.zero_()
         else:
             chain.reset()
