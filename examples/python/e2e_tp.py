@@ -273,8 +273,8 @@ def main_rank(cfg, dev):
     works = [("prefill", int(t)) for t in cfg.prefill.split(",") if t] + \
             [("decode", int(b)) for b in cfg.decode.split(",") if b] + \
             ([("train", cfg.train_seq)] if cfg.train_seq else [])
-    max_el = max(max(t for k, t in works if k != "decode") * cfg.hidden * (cfg.train_batch if cfg.train_seq else 1),
-                 max([b for k, b in works if k == "decode"] or [1]) * cfg.hidden)
+    tokens = {"prefill": 1, "decode": 1, "train": cfg.train_batch}  # sequences per token count
+    max_el = max(size * tokens[kind] * cfg.hidden for kind, size in works)
     specs = ["noop"] + cfg.backends.split(",")
     ars = {s: AllReduce(s, max_elements=max_el) for s in specs}
     chains = {s: Chains(ars[s]) for s in specs}
