@@ -147,6 +147,7 @@ def background(cmd, res, chunk_mib, period_ms):
                 res.put(("ack", duty))
             elif msg[0] == "stats":
                 res.put(("stats", {"target": duty, "chunks_per_period": k,
+                                   "offered_GBps_per_direction": k * n / period / 1e9,
                                    "measured_duty": busy / elapsed if elapsed else 0.0, "periods": bursts}))
             continue
         start = time.perf_counter()
@@ -360,8 +361,8 @@ def main():
     ap.add_argument("--train-seq", type=int, default=4096, help="0 skips the training step")
     ap.add_argument("--train-batch", type=int, default=1)
     ap.add_argument("--loads", default="0,25,50,75", help="background duty cycles in percent")
-    ap.add_argument("--reps", type=int, default=10, help="timed repetitions (prefill, train)")
-    ap.add_argument("--decode-reps", type=int, default=100)
+    ap.add_argument("--reps", type=int, default=20, help="timed repetitions (prefill, train)")
+    ap.add_argument("--decode-reps", type=int, default=200)
     ap.add_argument("--bg-chunk-mib", type=int, default=32)
     ap.add_argument("--bg-period-ms", type=float, default=4.0)
     ap.add_argument("--settle-s", type=float, default=0.2)
