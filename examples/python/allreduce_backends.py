@@ -1,0 +1,248 @@
+"""The one seam through which every all-reduce of the Python examples goes.
+
+A backend is named by a spec string, so that a flag switches it:
+
+    nccl                      torch.distributed.all_reduce (NCCL on GPUs, gloo on the CPU): exact
+    noop                      no communication at all (times the step without its all-reduce)
+    echo[:QUANT][:k=v...]     echo_allreduce.EchoAllReduce on the GPU
+    reference[:QUANT]         all-gather the ranks' tensors over the group, run
+                              echo_allreduce.reference on the CPU, keep this rank's output
+    sim[:QUANT]               the same, through sim_all_reduce below (a torch model of the
+                              algorithm with fp32 error state, on the device of the tensors)
+
+QUANT is <za|nz|sym|none><bits>g<group>[+ef], e.g. za4g128+ef (zero_aware, 4 bits, groups of
+128, error_feedback); options after colons: storage=int8|int4|float|bf16|f16,
+transport=cuda_ipc|nccl, below=<unquantized_below_bytes>. `echo` alone takes the package's
+defaults.
+
+Chains: `new_chain()` gives one chain (one residual stream: a forward pass, or a backward pass);
+`reset(chain)` starts it again at the next pass. An all-zero chain is a fresh one.
+"""
+import re
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+QUANTS = {"za": "zero_aware", "nz": "naive_zero_point", "sym": "symmetric", "none": "none"}
+
+
+def parse(spec):
+    """'echo:za4g128+ef:below=0' -> (backend, options dict)."""
+    backend, *fields = spec.split(":")
+    q = fields[0] if fields and "=" not in fields[0] else ""
+    rest = fields[1:] if q else fields
+    if backend not in ("nccl", "noop", "echo", "reference", "sim"):
+        raise ValueError(f"unknown all-reduce backend {backend!r} in {spec!r}")
+    opts = {}
+    if q:
+        m = re.fullmatch(r"(za|nz|sym|none)(\d+)?(?:g(\d+))?(\+ef)?", q)
+        if not m:
+            raise ValueError(f"bad quantizer {q!r} in {spec!r}: expected e.g. za4g128+ef")
+        opts["quant"] = QUANTS[m.group(1)]
+        if m.group(2):
+            opts["bits"] = int(m.group(2))
+        if m.group(3):
+            opts["group_size"] = int(m.group(3))
+        opts["comp"] = "error_feedback" if m.group(4) else "none"
+    for kv in rest:
+        k, _, v = kv.partition("=")
+        key = {"below": "unquantized_below_bytes"}.get(k, k)
+        opts[key] = int(v) if key == "unquantized_below_bytes" else v
+    return backend, opts
+
+
+class AllReduce:
+    """x -> the sum of x over the group's ranks, in place (returns x)."""
+
+    def __init__(self, spec, group=None, max_elements=1 << 24):
+        self.spec = spec
+        self.backend, self.opts = parse(spec)
+        self.group = group
+        self.ranks = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        self.max_elements = max_elements
+        self.fallbacks = 0  # echo calls that should_use() sent to NCCL
+        self.comp = self.opts.get("comp", "error_feedback" if self.backend == "echo" else "none")
+        if self.backend == "echo":
+            import echo_allreduce as ear
+            self.impl = ear.EchoAllReduce(group or dist.group.WORLD, max_elements, **self.opts)
+        elif self.backend in ("reference", "sim"):
+            self.quant = self.opts.get("quant", "zero_aware")
+            self.bits = self.opts.get("bits", 4)
+            self.group_size = self.opts.get("group_size", 128)
+            if self.backend == "reference":
+                import echo_allreduce as ear
+                self.ref = ear.reference
+
+    @property
+    def keeps_state(self):
+        return self.backend in ("echo", "reference", "sim") and self.comp == "error_feedback"
+
+    def new_chain(self, capacity=None):
+        """One chain's state; None where the backend keeps none."""
+        if not self.keeps_state:
+            return None
+        capacity = capacity or self.max_elements
+        if self.backend == "echo":
+            return self.impl.new_chain(capacity)
+        if self.backend == "reference":
+            kw = {"storage": self.opts["storage"]} if "storage" in self.opts else {}
+            return self.ref.ChainState(self.ranks, capacity, **kw)
+        return SimChain(self.ranks, capacity)
+
+    @staticmethod
+    def reset(chain):
+        if chain is None:
+            return
+        if hasattr(chain, "zero_"):  # echo's state tensor (or its reference chain)
+            chain.zero_()
+        else:
+            chain.reset()
+
+    def __call__(self, x, chain=None):
+        b = self.backend
+        if b == "noop" or self.ranks == 1:
+            return x
+        if b == "nccl":
+            dist.all_reduce(x, group=self.group)
+            return x
+        if b == "echo":
+            if not self.impl.should_use(x):
+                self.fallbacks += 1
+                dist.all_reduce(x, group=self.group)
+                return x
+            self.impl.all_reduce(x, chain=chain)  # in place
+            return x
+        # reference / sim: every rank computes every rank's result on the CPU, keeps its own
+        flat = x.contiguous().view(-1)
+        parts = [torch.empty_like(flat) for _ in range(self.ranks)]
+        dist.all_gather(parts, flat, group=self.group)
+        dtype = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}[x.dtype]
+        if b == "reference":  # bf16 travels as its bit pattern in uint16 arrays
+            arrays = [(p.view(torch.int16) if dtype == "bf16" else p).cpu().numpy() for p in parts]
+            if dtype == "bf16":
+                arrays = [a.view(np.uint16) for a in arrays]
+            outs = self.ref.all_reduce(arrays, quant=self.quant, bits=self.bits, group_size=self.group_size,
+                                       comp=self.comp, chain=chain, dtype=dtype)
+            o = outs[self.rank]
+            o = torch.from_numpy(o.view(np.int16)).view(torch.bfloat16) if dtype == "bf16" else torch.from_numpy(o)
+            x.copy_(o.view(x.shape))
+            return x
+        outs = sim_all_reduce(parts, self.quant, self.bits, self.group_size, chain, dtype)  # where x is
+        x.copy_(outs[self.rank].view(x.shape))  # exact: the outputs are values of x's type
+        return x
+
+    def exact(self, x):
+        """An exact sum for bookkeeping (a gradient norm, a loss): always torch.distributed."""
+        if self.ranks > 1:
+            dist.all_reduce(x, group=self.group)
+        return x
+
+
+# ---- sim: a torch model of Echo's algorithm (docs/design.md), for what the package lacks (2 and 3
+# bits today) and for machines without it. It follows the reference's operation order (fp16
+# parameters rounded outward, the scale's inverse in fp32, the code as one rounding of x * inv + z
+# (the reference's fma), ties to even, rank-order fp32 sum) and keeps the error in
+# fp32. examples/python/tests checks it bit for bit against echo_allreduce.reference (fp32
+# error storage); it runs on the device of its inputs.
+
+class SimChain:
+    def __init__(self, ranks, capacity):
+        self.ranks, self.capacity = ranks, capacity
+        self.err = None
+
+    def reset(self):
+        self.err = None
+
+
+def _half_step(h, up):
+    """The next fp16 value above (up) or below h, through the bit pattern."""
+    b = h.view(torch.int16).int() & 0xFFFF
+    neg, mag = (b >> 15) == 1, b & 0x7FFF
+    away = neg ^ up  # moving away from zero
+    nb = torch.where(away, (b & 0x8000) | (mag + 1), (b & 0x8000) | (mag - 1))
+    nb = torch.where(~away & (mag == 0), torch.where(neg, 0x0001, 0x8001), nb)  # through zero
+    return torch.where(nb >= 0x8000, nb - 0x10000, nb).to(torch.int16).view(torch.float16)
+
+
+def _half_round(s, up):
+    """fp32 -> fp16 rounded up (down), clamped to the finite range, back in fp32."""
+    h = s.to(torch.float16)
+    off = (h.float() < s) if up else (h.float() > s)
+    h = torch.where(off & torch.isfinite(s), _half_step(h, up), h)
+    return h.float().clamp(-65504.0, 65504.0)
+
+
+def _round_to(v, dtype):
+    return {"f32": v, "f16": v.half().float(), "bf16": v.bfloat16().float()}[dtype]
+
+
+def _code(a, inv, z, maxc):
+    """clamp(RN(a * inv + z)): the reference's fma into code_magic + z, one rounding. The product
+    of two fp32 values is exact in fp64; a half-integer product is a tie, which goes to even."""
+    p = a.double() * inv.double()
+    r = torch.round(p)
+    q = torch.where((p - r).abs() == 0.5, torch.round(p + z), r + z)
+    return q.clamp(0, maxc).float()
+
+
+def _round_trip(v, quant, bits, g, dtype):
+    """D(Q(v)) for a message whose groups start at index 0 (segments are whole groups)."""
+    if quant == "none":
+        return _round_to(v, dtype)
+    n = v.numel()
+    x = torch.cat([v, v[-1:].expand((-n) % g)]).view(-1, g)  # the tail group padded with its last value
+    maxc = float(2 ** bits - 1)
+    lo, hi = x.amin(1, keepdim=True), x.amax(1, keepdim=True)
+    finite = torch.isfinite(x).all(1, keepdim=True)
+    zero = torch.zeros((), device=v.device)
+
+    def scale_inv(span, div):
+        s = torch.where(span > 0, _half_round(span / div, True), zero)
+        return s, torch.where(s > 0, 1.0 / s, zero)
+
+    if quant == "zero_aware":
+        lo0, hi0 = lo.clamp(max=0), hi.clamp(min=0)
+        s, inv = scale_inv(hi0 - lo0, maxc)
+        z = torch.round(-lo0 * inv).clamp(0, maxc)
+        r = (_code(x, inv, z, maxc) - z) * s
+    elif quant == "symmetric":
+        c = float(2 ** (bits - 1))
+        s, inv = scale_inv(torch.maximum(-lo, hi), c - 1)
+        r = (_code(x, inv, c, maxc) - c) * s
+    elif quant == "naive_zero_point":
+        lo_h = _half_round(lo, False)
+        s, inv = scale_inv(hi - lo_h, maxc)
+        r = lo_h + _code(x - lo_h, inv, 0.0, maxc) * s
+    else:
+        raise ValueError(f"sim: unknown quantizer {quant!r}")
+    return torch.where(finite, r, torch.nan).view(-1)[:n]
+
+
+def sim_all_reduce(tensors, quant, bits, g, chain, dtype):
+    """Echo's all-reduce over len(tensors) simulated ranks: fp32 tensors holding values of
+    `dtype` in, the (identical) fp32 outputs of every rank out."""
+    P, n = len(tensors), tensors[0].numel()
+    dev = tensors[0].device
+    granule = 256 if quant == "none" else g
+    G = -(-n // granule)
+    owner = torch.empty(n, dtype=torch.int64, device=dev)
+    for j in range(P):  # segment j: whole granules, the first G % P segments one more
+        b = min((j * (G // P) + min(j, G % P)) * granule, n)
+        e = min(((j + 1) * (G // P) + min(j + 1, G % P)) * granule, n)
+        owner[b:e] = j
+    xp = [t.float().reshape(-1) for t in tensors]
+    if chain is not None:
+        if chain.err is None or chain.err[0].numel() != n:
+            chain.err = [torch.zeros(n, device=dev) for _ in range(P)]
+        xp = [x + e for x, e in zip(xp, chain.err)]
+    recv = [_round_trip(x, quant, bits, g, dtype) for x in xp]
+    S = torch.where(owner == 0, xp[0], recv[0])
+    for i in range(1, P):
+        S = S + torch.where(owner == i, xp[i], recv[i])
+    out = _round_to(_round_trip(S, quant, bits, g, dtype), dtype)
+    if chain is not None:
+        err = [torch.where(owner == i, S - out, xp[i] - recv[i]) for i in range(P)]
+        chain.err = [torch.where(torch.isfinite(e), e, 0.0) for e in err]
+    return [out] * P
