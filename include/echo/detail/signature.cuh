@@ -5,6 +5,8 @@
 
 #include "../config.cuh"
 
+#include <unistd.h>
+
 namespace echo::detail {
 
 class signature {
@@ -29,5 +31,12 @@ class signature {
  private:
   uint64_t h_ = 0xcbf29ce484222325ull;
 };
+
+/// Which machine this is: a fingerprint of the host name (transports compare them across ranks).
+inline uint64_t host_fingerprint() {
+  char name[256] = {};
+  (void)gethostname(name, sizeof name - 1);
+  return signature().add(static_cast<const char*>(name)).wide();
+}
 
 }  // namespace echo::detail

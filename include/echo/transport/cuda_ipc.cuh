@@ -83,7 +83,7 @@ struct cuda_ipc {
         cudaIpcMemHandle_t handle;
         uint64_t host;     // which machine (hash of the host name)
         char bus_id[32];   // which GPU of it (PCI bus id)
-      } mine{static_cast<int>(getpid()), comm.device(), bytes_, local_, {}, host_id(), {}};
+      } mine{static_cast<int>(getpid()), comm.device(), bytes_, local_, {}, echo::detail::host_fingerprint(), {}};
       ECHO_CUDA_TRY(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, comm.device()));
       const bool solo = comm.size() == 1;
       if (!solo) ECHO_CUDA_TRY(cudaIpcGetMemHandle(&mine.handle, local_));
@@ -135,14 +135,6 @@ struct cuda_ipc {
     int ranks_per_device() const { return ranks_per_device_; }
 
    private:
-    static uint64_t host_id() {
-      char name[256] = {};
-      (void)gethostname(name, sizeof name - 1);
-      echo::detail::signature s;
-      s.add(static_cast<const char*>(name));
-      return s.wide();
-    }
-
     // Write through every mapping and read it back, on the device: trust no driver's word.
     void probe(const communicator& comm) {
       const char* call = "echo::transport::cuda_ipc::symmetric_buffer (peer probe)";

@@ -217,9 +217,7 @@ struct nccl {
 
     /// "p2p" when every rank is on this machine and NCCL may use peer-to-peer; else "net".
     static const char* link_class(const communicator& comm) {
-      char name[256] = {};
-      (void)gethostname(name, sizeof name - 1);
-      const uint64_t mine = echo::detail::signature().add(static_cast<const char*>(name)).wide();
+      const uint64_t mine = echo::detail::host_fingerprint();
       const std::vector<uint64_t> all = comm.all_gather(mine);
       const char* p2p_off = std::getenv("NCCL_P2P_DISABLE");
       bool local = !(p2p_off && std::strcmp(p2p_off, "0") != 0);
