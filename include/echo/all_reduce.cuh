@@ -152,7 +152,7 @@ class all_reduce {
     } else {
       if (poisoned()) return status::poisoned;
       if (n == 0 || comm_.size() == 1) return status::success;
-      if (const char* why = check_pointer(in, "in")) return fail(why);
+      if (const char* why = check_pointer(in, in_errors)) return fail(why);
       if (n > max_elements_) return fail("n: above max_elements");
       if (const char* why = check_state(state, n)) return fail(why);
       detail::device_guard g(comm_.device());
@@ -211,8 +211,8 @@ class all_reduce {
     }
     if (n == 0) return status::success;
     if (n > max_elements_) return fail("n: above max_elements");
-    if (const char* why = check_pointer(in, "in")) return fail(why);
-    if (const char* why = check_pointer(out, "out")) return fail(why);
+    if (const char* why = check_pointer(in, in_errors)) return fail(why);
+    if (const char* why = check_pointer(out, out_errors)) return fail(why);
     const size_t bytes = n * sizeof(E);
     const auto a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
     if (a != b && a < b + bytes && b < a + bytes) return fail("in, out: overlap without being equal");
@@ -281,29 +281,36 @@ class all_reduce {
   const char* check_state(view_type state, size_t n) {
     if (!state.fits(n)) return "chain: null or smaller than state_bytes(n)";
     if (state.device() != comm_.device()) return "chain: on another device than the rank's";
-    if (reinterpret_cast<uintptr_t>(state.data()) & 15u) return "chain: not 16-byte aligned";
-    return check_pointer(state.data(), "chain");
+    return check_pointer(state.data(), chain_errors);
   }
+
+  /// What check_pointer says about one argument (static strings: last_error() returns them).
+  struct pointer_errors {
+    const char* null;
+    const char* misaligned;
+    const char* foreign;
+  };
+  static constexpr pointer_errors in_errors{"in: null", "in: not 16-byte aligned", "in: not device memory of this rank's GPU"};
+  static constexpr pointer_errors out_errors{"out: null", "out: not 16-byte aligned",
+                                             "out: not device memory of this rank's GPU"};
+  static constexpr pointer_errors chain_errors{"chain: null", "chain: not 16-byte aligned",
+                                               "chain: not device memory of this rank's GPU"};
 
   /// Null, misaligned, or not memory this rank's GPU owns (pageable host memory would read as an
   /// illegal address inside the kernel and poison the context): refused. The last few pointers
   /// that passed are remembered, so a loop over the same buffers asks the driver once.
-  const char* check_pointer(const void* p, const char* what) {
-    if (!p) return std::strcmp(what, "in") == 0 ? "in: null" : std::strcmp(what, "out") == 0 ? "out: null" : "chain: null";
-    if (reinterpret_cast<uintptr_t>(p) & 15u)
-      return std::strcmp(what, "in") == 0 ? "in: not 16-byte aligned" : std::strcmp(what, "out") == 0 ? "out: not 16-byte aligned" : "chain: not 16-byte aligned";
+  const char* check_pointer(const void* p, const pointer_errors& e) {
+    if (!p) return e.null;
+    if (reinterpret_cast<uintptr_t>(p) & 15u) return e.misaligned;
     if (!opt_.check_pointers) return nullptr;
     for (const void* q : seen_)
       if (q == p) return nullptr;
     cudaPointerAttributes attr{};
-    const cudaError_t e = cudaPointerGetAttributes(&attr, p);
+    const cudaError_t err = cudaPointerGetAttributes(&attr, p);
     (void)cudaGetLastError();
-    const bool ok = e == cudaSuccess && ((attr.type == cudaMemoryTypeDevice && attr.device == comm_.device()) ||
-                                         attr.type == cudaMemoryTypeManaged);
-    if (!ok)
-      return std::strcmp(what, "in") == 0    ? "in: not device memory of this rank's GPU"
-             : std::strcmp(what, "out") == 0 ? "out: not device memory of this rank's GPU"
-                                             : "chain: not device memory of this rank's GPU";
+    const bool ok = err == cudaSuccess && ((attr.type == cudaMemoryTypeDevice && attr.device == comm_.device()) ||
+                                           attr.type == cudaMemoryTypeManaged);
+    if (!ok) return e.foreign;
     seen_[seen_next_++ % seen_count] = p;
     return nullptr;
   }
