@@ -12,8 +12,6 @@
 #include "../detail/signature.cuh"
 #include "../dispatch_table.cuh"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
