@@ -13,6 +13,9 @@
 //   echo_int8_ef       zero_aware<8,128>, error_feedback<> (bf16 state)
 //   echo_dispatch      zero_aware<4,128>, error_feedback<>, default options: the size dispatch of
 //                      echo::dispatch_table (what a user gets)
+//   echo_dispatch_nocheck  the same with options::check_pointers off: what the pointer check costs
+//                      a call in steady state (the header line "pointer check" gives the cost of
+//                      the driver query it makes for a pointer it has not seen)
 //   echo_nccl_int4     zero_aware<4,128>, comp::none, over echo::transport::nccl (ncclSend/ncclRecv)
 //   echo_nccl_int4_ef  zero_aware<4,128>, error_feedback<>, transport::nccl
 //   echo_nccl_int8     zero_aware<8,128>, comp::none, transport::nccl
@@ -49,10 +52,11 @@ std::unique_ptr<runner> make_nccl(bench_context& ctx) { return std::make_unique<
 
 /// echo::all_reduce<Q, Transport, C, Policy> on bf16 (WorkspaceMiB 0: the library's default).
 template <class Q, class C, bool Forced = true, class Transport = ipc, class Policy = default_policy,
-          size_t WorkspaceMiB = 0>
+          size_t WorkspaceMiB = 0, bool CheckPointers = true>
 std::unique_ptr<runner> make_echo(bench_context& ctx) {
   echo_runner_options o = runner_options(Forced);
   if (WorkspaceMiB) o.workspace_bytes = WorkspaceMiB << 20;
+  o.check_pointers = CheckPointers;
   return std::make_unique<echo_runner<Q, C, echo::bfloat16_t, Transport, Policy>>(ctx, o);
 }
 
@@ -69,6 +73,7 @@ const std::vector<variant_spec>& variants() {
       {"echo_int8", make_echo<za8, c0>},
       {"echo_int8_ef", make_echo<za8, ef>},
       {"echo_dispatch", make_echo<za4, ef, dispatched>},
+      {"echo_dispatch_nocheck", make_echo<za4, ef, dispatched, ipc, default_policy, 0, false>},
       {"echo_nccl_int4", make_echo<za4, c0, true, nccl_transport>},
       {"echo_nccl_int4_ef", make_echo<za4, ef, true, nccl_transport>},
       {"echo_nccl_int8", make_echo<za8, c0, true, nccl_transport>},

@@ -32,6 +32,7 @@ class echo_runner final : public runner {
     typename AR::options opt{};
     if (o.workspace_bytes) opt.workspace_bytes = o.workspace_bytes;
     if (o.forced) opt.unquantized_below_bytes = 0;
+    opt.check_pointers = o.check_pointers;
     try {
       echo::for_each_rank(ctx.comms(), [&](const echo::communicator& c) {
         const size_t r = static_cast<size_t>(c.rank());  // each thread writes only its own slot

@@ -9,6 +9,7 @@ struct echo_runner_options {
   size_t max_elements = 0;     ///< every Echo object is built for this many elements
   size_t workspace_bytes = 0;  ///< 0: the library's default cap
   bool forced = true;          ///< the quantizer at every size (false: echo::dispatch_table decides)
+  bool check_pointers = true;  ///< options::check_pointers (false: the _nocheck ablation)
 };
 
 }  // namespace echo_bench
