@@ -133,10 +133,32 @@ stage_sanitize() {
     -tc='*bad buffers*,*deferred-update*' >"$logs/sanitize-racecheck-faults.log" 2>&1
   say "compute-sanitizer racecheck faults: exit $? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$logs/sanitize-racecheck-faults.log" | head -1)"
 }
+# What the built modules are linked against, and which unwinder a C++ throw binds to: modules
+# built on the GPU image crashed when their C++ code threw (docs/python.md).
+py_diagnose() {
+  local pkg
+  pkg=$(python3 -c 'import echo_allreduce, os; print(os.path.dirname(echo_allreduce.__file__))' 2>/dev/null) || return 0
+  {
+    grep -h -E "^CMAKE_(CXX|CUDA)_COMPILER(_VERSION)?:|^CMAKE_CXX_FLAGS:|^CMAKE_(SHARED|MODULE)_LINKER_FLAGS:" \
+      python/build/*/CMakeCache.txt 2>/dev/null
+    "${CXX:-c++}" --version 2>&1 | head -1
+    for m in "$pkg"/*.so; do
+      echo "== $m"; ldd "$m"; readelf -d "$m" | grep -E "NEEDED|RPATH|RUNPATH"
+      nm -D --defined-only "$m" 2>/dev/null | grep -i -E "unwind|cxa_throw" | head
+    done
+    LD_DEBUG=bindings python3 -c "from echo_allreduce import reference as R
+try: R.ChainState(2, 10, 'int3')
+except ValueError as e: print('raised:', e)" 2>&1 | grep -E "_Unwind_RaiseException|__cxa_throw|raised:" | head
+  } >"$logs/py-diagnose.log" 2>&1
+  local raised="a C++ throw crashed or did not raise"
+  grep -q "raised:" "$logs/py-diagnose.log" && raised="a C++ throw raised ValueError cleanly"
+  say "py-diagnose: $raised; _Unwind_RaiseException bound to: $(grep -m1 "_Unwind_RaiseException" "$logs/py-diagnose.log" | sed -E 's/.*binding file ([^ ]+) .* to ([^ ]+) .*/\1 -> \2/')"
+}
 stage_pybuild() {
   start=$SECONDS
   ECHO_BUILD_TORCH=ON python3 -m pip install --no-build-isolation --no-deps -v ./python >"$logs/pip.log" 2>&1
   say "pybuild: exit $? in $((SECONDS - start)) s"
+  py_diagnose
   bundle
 }
 stage_pyprebuilt() {
@@ -150,6 +172,7 @@ stage_pyprebuilt() {
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
   python3 -c "from echo_allreduce import ops; print('torch ops:', ops.ops_available(), ops._error or '')" 2>&1 | tee -a "$summary"
   say "pyprebuilt: $((SECONDS - start)) s"
+  py_diagnose
   bundle
 }
 stage_python() {

@@ -20,8 +20,10 @@ in one run; `noop` (the all-reduce removed) gives the all-reduce's share: 1 - t_
 Background traffic: a separate process that owns both GPUs copies 32 MiB chunks GPU0 -> GPU1 and
 GPU1 -> GPU0 at once with the copy engines (cudaMemcpyPeerAsync), busy for duty x period and idle
 for the rest (period --bg-period-ms). It first measures a chunk's time with both directions
-busy, then sets the number of chunks per period; the duty it reports is measured (busy time /
-elapsed). A plain 64 MiB NCCL all-reduce is timed at every level as a probe that the link is loaded.
+busy, then sets the number of chunks per period (a period holds at least 8 chunks); the duty it
+reports is measured (busy time / elapsed), and the calibration says whether the GPUs have peer
+access and at what GB/s the copies ran (2026-11-30: 14 GB/s a direction, so that run's "load"
+was a small fraction of the link: docs/end-to-end.md). A plain 64 MiB NCCL all-reduce is timed at every level as a probe that the link is loaded.
 """
 import argparse
 import json
@@ -125,9 +127,14 @@ def background(cmd, res, chunk_mib, period_ms):
     t = time.perf_counter()
     burst(40)
     t_chunk = (time.perf_counter() - t) / 40
-    res.put(("calibrated", {"chunk_mib": chunk_mib, "chunk_us": 1e6 * t_chunk,
-                            "GBps_per_direction": n / t_chunk / 1e9}))
-    period = period_ms / 1e3
+    # The period holds at least 8 chunks, so that 25 / 50 / 75 % are distinct whole numbers of
+    # chunks (the first GPU run, 2026-11-30, had 2.4 ms chunks in a 4 ms period: one chunk at
+    # every level). can_device_access_peer: whether these copies can go GPU to GPU at all (without
+    # it the driver stages them through the host, far below the link's speed).
+    period = max(period_ms / 1e3, 8 * t_chunk)
+    res.put(("calibrated", {"chunk_mib": chunk_mib, "chunk_us": 1e6 * t_chunk, "period_ms": 1e3 * period,
+                            "GBps_per_direction": n / t_chunk / 1e9,
+                            "peer_access": bool(torch.cuda.can_device_access_peer(0, 1))}))
     duty, k = 0.0, 0
     busy = elapsed = 0.0
     bursts = 0
@@ -289,7 +296,11 @@ def main_rank(cfg, dev):
         bg.start()
         cal = res.get(timeout=120)[1]
         log(f"background: a {cal['chunk_mib']} MiB chunk each way takes {cal['chunk_us']:.0f} us "
-            f"({cal['GBps_per_direction']:.0f} GB/s per direction, both busy)")
+            f"({cal['GBps_per_direction']:.0f} GB/s per direction, both busy; peer access "
+            f"{cal['peer_access']}), period {cal['period_ms']:.1f} ms")
+        if cal["GBps_per_direction"] < 100:
+            log("WARNING: the background copies run far below NVLink's speed (about 365 GB/s a direction): "
+                "its load levels are a small fraction of the link, not the duty cycle named")
     out = {"config": vars(cfg), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
            "date": time.strftime("%Y-%m-%d %H:%M"), "params_per_rank": nparam, "levels": {}, "results": []}
     if bg is not None:

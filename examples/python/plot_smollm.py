@@ -35,6 +35,9 @@ def tables(d):
     for spec, r in ppl.items():
         text, paper = describe(spec)
         rel = f"{100 * (r['ppl'] / base - 1):+.2f} %" if base else "-"
+        ran = r.get("ran_as", spec)
+        if ran.split(":")[0] != spec.split(":")[0]:  # e.g. a 3-bit variant that ran through sim
+            text += f" (ran as `{ran}`: not in Echo's compiled table)"
         out.append(f"| {text} | `{spec}` | {r['ppl']:.4f} | {rel} | {paper if paper else ''} |")
     four = {}
     for spec, r in ppl.items():

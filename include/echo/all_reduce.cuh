@@ -25,6 +25,7 @@
 #include "detail/cuda_check.cuh"
 #include "detail/device_guard.cuh"
 #include "detail/partition.cuh"
+#include "detail/preload.cuh"
 #include "detail/signature.cuh"
 #include "dispatch_table.cuh"
 #include "dtype.cuh"
@@ -69,6 +70,14 @@ class all_reduce {
     detail::device_guard guard(comm.device());
     check_configuration();
     engine_ = std::make_unique<engine_type>(comm, max_elements, opt);
+    if constexpr (Comp::keeps_state) {  // the deferred update's kernels (detail/preload.cuh)
+      detail::preload_kernels(collective::update_kernel<collective::tile_config<Quant, float, Comp, Policy>>,
+                              collective::update_kernel<collective::tile_config<Quant, half_t, Comp, Policy>>,
+                              collective::update_kernel<collective::tile_config<Quant, bfloat16_t, Comp, Policy>>,
+                              collective::update_kernel<collective::tile_config<quant::none, float, Comp, Policy>>,
+                              collective::update_kernel<collective::tile_config<quant::none, half_t, Comp, Policy>>,
+                              collective::update_kernel<collective::tile_config<quant::none, bfloat16_t, Comp, Policy>>);
+    }
     const dispatch_entry d = engine_->dispatch(comm.size());
     unquantized_below_ = opt.unquantized_below_bytes >= 0 ? static_cast<size_t>(opt.unquantized_below_bytes) : d.unquantized_below;
     ECHO_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));

@@ -14,6 +14,7 @@
 #include "../detail/cuda_check.cuh"
 #include "../detail/device_guard.cuh"
 #include "../detail/mapped_status.cuh"
+#include "../detail/preload.cuh"
 #include "../detail/signature.cuh"
 #include "../dispatch_table.cuh"
 
@@ -208,6 +209,10 @@ struct cuda_ipc {
       ECHO_CUDA_TRY(cudaMalloc(&d_peers_, sizeof(void*) * peers.size()));
       ECHO_CUDA_TRY(cudaMemcpy(d_peers_, peers.data(), sizeof(void*) * peers.size(), cudaMemcpyHostToDevice));
       ECHO_REQUIRE(buffer_->ranks_per_device() >= 1, call, "no rank on this device");
+      // Every kernel a call may launch, loaded now (detail/preload.cuh: ranks sharing a GPU).
+      preload<float>();
+      preload<half_t>();
+      preload<bfloat16_t>();
     }
     engine(const engine&) = delete;
     engine& operator=(const engine&) = delete;
@@ -308,14 +313,25 @@ struct cuda_ipc {
     /// (spread small messages over the warps), more above (fewer system-scope fences): measured.
     static constexpr size_t spread_warps = 2048;
 
+    template <class T>
+    void preload() const {
+      constexpr auto quantized = collective::pipeline_kernel<collective::tile_config<Quant, T, Comp, Policy>>;
+      constexpr auto unquantized = collective::pipeline_kernel<collective::tile_config<quant::none, T, Comp, Policy>>;
+      echo::detail::preload_kernels(quantized, unquantized);
+      (void)max_grid<quantized>(), (void)max_grid<unquantized>();  // their occupancy queries too
+      if constexpr (!Comp::keeps_state) echo::detail::preload_kernels(collective::oneshot_kernel<T, oneshot_threads>);
+    }
+
     status fail(const char* why) {
       error_ = why;
       return status::invalid_argument;
     }
 
+    static constexpr int oneshot_threads = 512;
+
     template <class T>
     status run_oneshot(const collective::call<T>& c, cudaStream_t stream) {
-      constexpr int threads = 512;
+      constexpr int threads = oneshot_threads;
       collective::oneshot_params<T> p{};
       p.in = c.in;
       p.out = c.out;
