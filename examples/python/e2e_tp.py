@@ -106,6 +106,18 @@ class Layers(torch.nn.Module):
 def background(cmd, res, chunk_mib, period_ms):
     """Separate process: peer copies both ways at a commanded duty cycle (see the module doc)."""
     d0, d1 = torch.device("cuda", 0), torch.device("cuda", 1)
+    # Peer access asked for explicitly (torch asks lazily, and says nothing when it is refused):
+    # without it the copies below are staged through the host, far below the link's speed.
+    peer_rc = {}
+    try:
+        import ctypes
+        cudart = ctypes.CDLL("libcudart.so." + torch.version.cuda.split(".")[0])
+        for d in (0, 1):
+            torch.cuda.set_device(d)
+            peer_rc[d] = cudart.cudaDeviceEnablePeerAccess(1 - d, 0)  # 0 ok, 704 already enabled
+            cudart.cudaGetLastError()
+    except (OSError, AttributeError) as e:
+        peer_rc["error"] = str(e)
     n = chunk_mib << 20
     a0, b0 = torch.empty(n, dtype=torch.uint8, device=d0), torch.empty(n, dtype=torch.uint8, device=d0)
     a1, b1 = torch.empty(n, dtype=torch.uint8, device=d1), torch.empty(n, dtype=torch.uint8, device=d1)
@@ -134,7 +146,8 @@ def background(cmd, res, chunk_mib, period_ms):
     period = max(period_ms / 1e3, 8 * t_chunk)
     res.put(("calibrated", {"chunk_mib": chunk_mib, "chunk_us": 1e6 * t_chunk, "period_ms": 1e3 * period,
                             "GBps_per_direction": n / t_chunk / 1e9,
-                            "peer_access": bool(torch.cuda.can_device_access_peer(0, 1))}))
+                            "peer_access": bool(torch.cuda.can_device_access_peer(0, 1)),
+                            "enable_peer_rc": peer_rc}))
     duty, k = 0.0, 0
     busy = elapsed = 0.0
     bursts = 0
@@ -297,7 +310,7 @@ def main_rank(cfg, dev):
         cal = res.get(timeout=120)[1]
         log(f"background: a {cal['chunk_mib']} MiB chunk each way takes {cal['chunk_us']:.0f} us "
             f"({cal['GBps_per_direction']:.0f} GB/s per direction, both busy; peer access "
-            f"{cal['peer_access']}), period {cal['period_ms']:.1f} ms")
+            f"{cal['peer_access']}, cudaDeviceEnablePeerAccess {cal['enable_peer_rc']}), period {cal['period_ms']:.1f} ms")
         if cal["GBps_per_direction"] < 100:
             log("WARNING: the background copies run far below NVLink's speed (about 365 GB/s a direction): "
                 "its load levels are a small fraction of the link, not the duty cycle named")
