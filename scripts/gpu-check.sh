@@ -32,6 +32,9 @@
 #   e2e       examples/python/e2e_tp.py (ECHO_E2E_ARGS), JSON to $OUT/e2e.json
 #   smollm    examples/python/smollm_tp.py eval (ECHO_SMOLLM_ARGS), JSON to $OUT/smollm.json
 #
+# Carrying to the device tool: a path carried by one call is gone in the next unless carried again
+# (build trees unpacked from it, and the ignored folders the stages write, stay while the machine
+# is warm).
 # ECHO_DEADLINE=S: stop starting work S seconds after the script began (each stage is cut at the
 # deadline with `timeout`), so a device call with a time limit still bundles what ran.
 # NCCL's multicast switches (NCCL_NVLS_ENABLE=0 on our machines) are left exactly as found.
@@ -78,7 +81,7 @@ stage_prebuilt() {
     say "prebuilt: neither .gpubin/build.tar.xz nor $build"; exit 1
   fi
   [ -d .gpubin/lib ] && export LD_LIBRARY_PATH=$root/.gpubin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  for b in "$build"/test/gpu/echo_test_collective_features "$build"/benchmark/echo_bench; do
+  for b in "$build"/test/gpu/echo_test_collective_all_reduce_features "$build"/benchmark/echo_bench; do
     [ -x "$b" ] && ldd "$b" | grep "not found" | tee -a "$summary"
   done
   say "prebuilt: unpacked $(find "$build" -type f -perm -u+x | wc -l) programs"
@@ -118,18 +121,28 @@ stage_legacy() {
   fi
   bundle
 }
+# A sanitizer log's summary, split: errors in kernels (memory accesses, barriers, races) and CUDA
+# API return codes (with how many of the printed ones were inside libnccl, not Echo's calls).
+sanitizer_counts() {
+  local kernel api nccl
+  kernel=$(grep -c -E "Invalid (__global__|__shared__|__local__)|[Mm]isaligned|[Oo]ut of bounds|Barrier error|Race reported" "$1")
+  api=$(grep -c "Program hit" "$1")
+  # an API error counts as NCCL's when its report or backtrace names NCCL
+  nccl=$(awk '/Program hit/ {n += f; f = 0; p = 1} p && /nccl/ {f = 1} /^========= *$/ {n += f; f = 0; p = 0} END {print n + f}' "$1")
+  echo "$(grep -m1 -E 'ERROR SUMMARY' "$1"); printed: $kernel kernel errors, $api API errors ($nccl of them inside NCCL)"
+}
 stage_sanitize() {
   cs=compute-sanitizer
   command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
   for tool in memcheck synccheck; do
-    ECHO_SOAK_CALLS=${ECHO_SANITIZE_CALLS:-150} timeout "$(left "${ECHO_SANITIZE_CAP:-280}")" $cs --tool $tool --error-exitcode 9 --print-limit 20 \
+    ECHO_SOAK_CALLS=${ECHO_SANITIZE_CALLS:-150} timeout "$(left "${ECHO_SANITIZE_CAP:-280}")" $cs --tool $tool --error-exitcode 9 --print-limit 500 \
       "$build/test/gpu/echo_test_collective_soak" >"$logs/sanitize-$tool-soak.log" 2>&1
-    say "compute-sanitizer $tool soak (150 calls a transport): exit $? $(grep -E 'ERROR SUMMARY' "$logs/sanitize-$tool-soak.log" | head -1)"
+    say "compute-sanitizer $tool soak (${ECHO_SANITIZE_CALLS:-150} calls a transport): exit $? $(sanitizer_counts "$logs/sanitize-$tool-soak.log")"
   done
-  timeout "$(left "${ECHO_SANITIZE_CAP:-200}")" $cs --tool memcheck --error-exitcode 9 --print-limit 20 "$build/test/gpu/echo_test_collective_all_reduce_features" \
+  timeout "$(left "${ECHO_SANITIZE_CAP:-200}")" $cs --tool memcheck --error-exitcode 9 --print-limit 500 "$build/test/gpu/echo_test_collective_all_reduce_features" \
     -tce='*one rank makes*' >"$logs/sanitize-memcheck-features.log" 2>&1
-  say "compute-sanitizer memcheck features: exit $? $(grep -E 'ERROR SUMMARY' "$logs/sanitize-memcheck-features.log" | head -1)"
-  timeout "$(left "${ECHO_SANITIZE_CAP:-200}")" $cs --tool racecheck --error-exitcode 9 --print-limit 20 "$build/test/gpu/echo_test_collective_faults" \
+  say "compute-sanitizer memcheck features: exit $? $(sanitizer_counts "$logs/sanitize-memcheck-features.log")"
+  timeout "$(left "${ECHO_SANITIZE_CAP:-200}")" $cs --tool racecheck --error-exitcode 9 --print-limit 500 "$build/test/gpu/echo_test_collective_faults" \
     -tc='*bad buffers*,*deferred-update*' >"$logs/sanitize-racecheck-faults.log" 2>&1
   say "compute-sanitizer racecheck faults: exit $? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$logs/sanitize-racecheck-faults.log" | head -1)"
 }
