@@ -31,6 +31,7 @@
 #             same for e2e and smollm), JSON to $OUT/training.json
 #   e2e       examples/python/e2e_tp.py (ECHO_E2E_ARGS), JSON to $OUT/e2e.json
 #   smollm    examples/python/smollm_tp.py eval (ECHO_SMOLLM_ARGS), JSON to $OUT/smollm.json
+#   beside    examples/python/beside_gemm.py (ECHO_BESIDE_ARGS): the all-reduce beside a cuBLAS GEMM
 #
 # Carrying to the device tool: a path carried by one call is gone in the next unless carried again
 # (build trees unpacked from it, and the ignored folders the stages write, stay while the machine
@@ -225,6 +226,7 @@ run_example() {  # name, script and its arguments
 }
 stage_train() { run_example train examples/python/train_tp.py ${ECHO_TRAIN_ARGS:-} --out "$out/training.json"; }
 stage_e2e() { run_example e2e examples/python/e2e_tp.py ${ECHO_E2E_ARGS:-} --out "$out/e2e.json"; }
+stage_beside() { run_example beside examples/python/beside_gemm.py ${ECHO_BESIDE_ARGS:-} --out "$out/beside-gemm.json"; }
 stage_smollm() { run_example smollm examples/python/smollm_tp.py eval ${ECHO_SMOLLM_ARGS:-} --out "$out/smollm.json"; }
 stage_bench() {
   timeout "$(left)" "$build/benchmark/echo_bench" --benchmark_out="$out/bench.json" --benchmark_out_format=json ${ECHO_BENCH_ARGS:-} \
@@ -244,7 +246,7 @@ stage_perf() {
     tee -a "$summary" <"$logs/perf-$comp.log"
   done
 }
-known=" prebuilt build test legacy sanitize pybuild pyprebuilt python train e2e smollm bench socket perf "
+known=" prebuilt build test legacy sanitize pybuild pyprebuilt python train e2e smollm beside bench socket perf "
 for st in $stages; do
   [[ $known == *" $st "* ]] || { say "unknown stage '$st' (known:$known)"; rc=1; continue; }
   "stage_$st"
