@@ -43,4 +43,4 @@ echo "pip install ./python (torch ops: $torch_ops)"
 ECHO_BUILD_TORCH=$torch_ops "$py" -m pip install -q --no-build-isolation ./python
 # From outside the source tree, so the installed package is the one imported.
 cd "$build"
-"$py" -m pytest -rs "$root/python/tests"
+"$py" -m pytest -rs "$root/python/tests" "$root/examples/python/tests"
