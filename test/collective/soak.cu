@@ -117,13 +117,20 @@ class soak_of : public soak_object {
     pool_.run([&](int k) {
       T* in = reinterpret_cast<T*>(in_[k].ptr);
       T* out = in_place ? in : reinterpret_cast<T*>(out_[k].ptr);
-      cudaStream_t stream = streams_[k][s];
       chain_t* ch = nullptr;
       if constexpr (ECHO_SOAK_KEEPS(C)) ch = chains_[k].get();
-      st[k] = (*ars_[k])(type, in, out, n, stream, ch, mode);
-      if constexpr (ECHO_SOAK_KEEPS(C))
-        if (deferred && st[k] == echo::status::success) st[k] = ars_[k]->update(in, n, stream, *ch);
-      if (cudaStreamSynchronize(stream) != cudaSuccess) st[k] = echo::status::cuda_error;
+      st[k] = (*ars_[k])(type, in, out, n, streams_[k][s], ch, mode);
+    });
+    // Every rank's call queued before any rank's update (ranks sharing a GPU in one process may
+    // share a hardware work queue: docs/scale-out.md).
+    if constexpr (ECHO_SOAK_KEEPS(C))
+      if (deferred)
+        pool_.run([&](int k) {
+          if (st[k] == echo::status::success)
+            st[k] = ars_[k]->update(reinterpret_cast<T*>(in_[k].ptr), n, streams_[k][s], *chains_[k]);
+        });
+    pool_.run([&](int k) {
+      if (cudaStreamSynchronize(streams_[k][s]) != cudaSuccess) st[k] = echo::status::cuda_error;
       if (st[k] == echo::status::success) st[k] = ars_[k]->check();
     });
     ++t.calls;

@@ -264,10 +264,15 @@ class reference_check {
     pool_.run([&](int r) {
       T* out = in_place ? in_[r].ptr : out_[r].ptr;
       st[r] = ar(r)(in_[r].ptr, out, n, stream(r), chain(r), mode);
-      if constexpr (C::keeps_state)
-        if (mode == echo::state_update::deferred && st[r] == echo::status::success)
-          up[r] = ar(r).update(in_[r].ptr, n, stream(r), *chain(r));
     });
+    // Every rank's call is queued before any rank's update: ranks that one process drives on one
+    // GPU may share a hardware work queue, where an update queued ahead of a peer's call would
+    // wait behind its own call, which waits for the peer's (docs/scale-out.md).
+    if constexpr (C::keeps_state)
+      if (mode == echo::state_update::deferred)
+        pool_.run([&](int r) {
+          if (st[r] == echo::status::success) up[r] = ar(r).update(in_[r].ptr, n, stream(r), *chain(r));
+        });
     for (int r = 0; r < P_; ++r) {
       REQUIRE_MESSAGE(st[r] == echo::status::success, echo::to_string(st[r]), " (", ar(r).last_error(), ")");
       REQUIRE(up[r] == echo::status::success);

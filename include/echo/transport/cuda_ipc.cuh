@@ -203,6 +203,7 @@ struct cuda_ipc {
       layout_.flag_tiles = std::max<size_t>(64, (max_seg + min_flag_elems - 1) / min_flag_elems + 1);
       layout_.oneshot_bytes = oneshot_bytes;
       layout_.ring_bytes = std::max(min_ring_bytes, opt.workspace_bytes / (2 * static_cast<size_t>(P)) & ~size_t(255));
+      if (ranks_per_context(comm) > 1) layout_.ring_bytes = std::max(layout_.ring_bytes, one_launch_ring_bytes(max_seg));
       buffer_ = std::make_unique<symmetric_buffer>(comm, layout_.total());
       std::vector<unsigned char*> peers(static_cast<size_t>(P));
       for (int r = 0; r < P; ++r) peers[static_cast<size_t>(r)] = buffer_->peer_data(r);
@@ -312,6 +313,45 @@ struct cuda_ipc {
     /// Phase schedule: one flag per sub-tile while a segment has fewer sub-tiles than this many
     /// (spread small messages over the warps), more above (fewer system-scope fences): measured.
     static constexpr size_t spread_warps = 2048;
+
+    /// The most ranks of comm that one process drives on one GPU (collective). Such ranks share a
+    /// CUDA context, and their streams can share one of the device's hardware work queues
+    /// (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default, fewer than the streams a process makes): a
+    /// second launch of one rank's call queued there ahead of a co-located peer's first launch
+    /// waits behind its own first launch, which spins until the peer's arrives, which waits behind
+    /// it: a deadlock until the spin limit. So for them every call is planned as one launch (the
+    /// rings hold a whole call; docs/scale-out.md). Ranks in separate processes time-slice instead.
+    static int ranks_per_context(const communicator& comm) {
+      struct entry {
+        uint64_t host;
+        int pid;
+        char bus_id[32];
+      } mine{echo::detail::host_fingerprint(), static_cast<int>(getpid()), {}};
+      ECHO_CUDA_TRY(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, comm.device()));
+      const std::vector<entry> all = comm.all_gather(mine);
+      int most = 1;
+      for (const entry& a : all) {
+        int n = 0;
+        for (const entry& b : all)
+          n += a.host == b.host && a.pid == b.pid && std::strncmp(a.bus_id, b.bus_id, sizeof a.bus_id) == 0;
+        most = std::max(most, n);
+      }
+      return most;
+    }
+
+    /// Ring bytes a peer needs for a segment of max_seg values to fit one round (one launch) on
+    /// every path: the widest sub-tile of the object's configurations, for every sub-tile of the
+    /// segment and a flag's worth of rounding.
+    static size_t one_launch_ring_bytes(size_t max_seg) {
+      using q32 = collective::tile_config<Quant, float, Comp, Policy>;
+      const size_t widest = std::max({q32::sub_bytes, collective::tile_config<Quant, half_t, Comp, Policy>::sub_bytes,
+                                      collective::tile_config<Quant, bfloat16_t, Comp, Policy>::sub_bytes,
+                                      collective::tile_config<quant::none, float, Comp, Policy>::sub_bytes});
+      // + 2 flags' worth of values: a quantizer's granule (its group) can lengthen segment 0
+      const size_t values = max_seg + 2 * static_cast<size_t>(Policy::flag_elems);
+      const size_t subs = (values + q32::sub_elems - 1) / q32::sub_elems + Policy::flag_elems / q32::sub_elems + 1;
+      return (subs * widest + 255) & ~size_t(255);
+    }
 
     template <class T>
     void preload() const {
