@@ -167,6 +167,7 @@ except ValueError as e: print('raised:', e)" 2>&1 | grep -E "_Unwind_RaiseExcept
   local raised="a C++ throw crashed or did not raise"
   grep -q "raised:" "$logs/py-diagnose.log" && raised="a C++ throw raised ValueError cleanly"
   say "py-diagnose: $raised; _Unwind_RaiseException bound to: $(grep -m1 "_Unwind_RaiseException" "$logs/py-diagnose.log" | sed -E 's/.*binding file ([^ ]+) .* to ([^ ]+) .*/\1 -> \2/')"
+  timeout 300 scripts/py-crash-probe.sh "$logs" "$pkg" 2>&1 | tee "$logs/py-crash-probe.log" | tee -a "$summary"
 }
 stage_pybuild() {
   start=$SECONDS
@@ -179,7 +180,7 @@ stage_pyprebuilt() {
   start=$SECONDS
   site=${ECHO_PYSITE:-$root/.pysite}
   if [ ! -f "$site/echo_allreduce/_torch_ops.so" ]; then
-    ECHO_BUILD_TORCH=OFF python3 -m pip install --no-build-isolation --no-deps --target "$site" ./python \
+    ECHO_BUILD_TORCH=OFF python3 -m pip install -v --no-build-isolation --no-deps --target "$site" ./python \
       >"$logs/pip.log" 2>&1 || { rc=1; tail -20 "$logs/pip.log" | tee -a "$summary"; }
     xz -dc .gpubin/_torch_ops.so.xz >"$site/echo_allreduce/_torch_ops.so" || rc=1
   fi

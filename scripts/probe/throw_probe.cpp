@@ -1,0 +1,24 @@
+// A throw that unwinds through a frame with a destructor to run, caught one frame up: what the
+// extension modules do when they reject an argument. Loaded with ctypes by py-crash-probe.sh.
+#include <stdexcept>
+#include <string>
+
+struct guard {
+  std::string s;
+  ~guard();
+};
+guard::~guard() { asm volatile("" ::: "memory"); }
+
+[[gnu::noinline]] static int thrower(int k) {
+  guard g{std::string(static_cast<size_t>(k) + 20, 'a')};
+  if (k > 0) throw std::invalid_argument(g.s);
+  return static_cast<int>(g.s.size());
+}
+
+extern "C" __attribute__((visibility("default"))) int echo_throw_probe(int k) {
+  try {
+    return thrower(k);
+  } catch (const std::exception& e) {
+    return -static_cast<int>(std::string(e.what()).size());
+  }
+}
