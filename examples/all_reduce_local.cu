@@ -44,7 +44,8 @@ int run(std::vector<std::unique_ptr<AR>>& ars, std::vector<rank_state>& ranks, s
   echo::reference::chain_state<C> ref_chain(P, n);
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<std::vector<bf16>> in(P, std::vector<bf16>(n)), want(P, std::vector<bf16>(n)), got(n);
+  std::vector<std::vector<bf16>> in(P, std::vector<bf16>(n)), want(P, std::vector<bf16>(n));
+  std::vector<bf16> got(n);  // one rank's output, downloaded
   int bad = 0;
   for (int call = 1; call <= calls; ++call) {
     if (call == calls) {  // a pass boundary: the next call starts a new chain
@@ -102,6 +103,7 @@ int run(std::vector<std::unique_ptr<AR>>& ars, std::vector<rank_state>& ranks, s
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a crash when ctest pipes the output
   const size_t n = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : (size_t(3) << 20) + 37;  // 6 MiB of bf16
   const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1;
   int gpus = 0;

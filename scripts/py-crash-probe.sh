@@ -13,9 +13,11 @@ gcc -O1 -shared -fPIC -o "$w/segv.so" "$here/probe/segv_backtrace.c" -ldl 2>&1 |
 for flags in "-O2" "-O3 -fvisibility=hidden -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-s -fno-stack-protector"; do
   $cxx -std=c++17 -shared -fPIC $flags -o "$w/tp.so" "$here/probe/throw_probe.cpp" 2>&1 | tail -3
   for pre in "" "import torch"; do
-    r=$(timeout 60 python3 -c "$pre
-import ctypes; print(ctypes.CDLL('$w/tp.so').echo_throw_probe(3))" 2>&1 | tail -1)
-    echo "throw probe [$flags] [${pre:-no torch}]: $r (expect -23)"
+    for stream in 0 1; do
+      r=$(timeout 60 python3 -c "$pre
+import ctypes; print(ctypes.CDLL('$w/tp.so').echo_throw_probe(3, $stream))" 2>&1 | tail -1)
+      echo "throw probe [$flags] [${pre:-no torch}] [$([ $stream = 1 ] && echo ostringstream || echo string)]: $r (expect -23, ostringstream -25)"
+    done
   done
 done
 for m in "$pkg"/*.so; do
@@ -25,8 +27,22 @@ done
 grep -h -A8 -E "^build [^:]*_reference[^:]*: CXX_(MODULE|SHARED)_LIBRARY_LINKER" python/build/*/build.ninja >"$logs/reference-link-line.txt" 2>/dev/null
 grep -h -m1 -A6 -E "^build [^:]*module\.cpp\.o: CXX_COMPILER" python/build/*/build.ninja >>"$logs/reference-link-line.txt" 2>/dev/null
 echo "module flags: $(grep -h -E "^ *(LINK_FLAGS|FLAGS) =" "$logs/reference-link-line.txt" | tr -s ' ' | cut -c1-400 | tr '\n' '|')"
-LD_PRELOAD=$w/segv.so timeout 60 python3 -c "from echo_allreduce import reference as R
+# test_reference.py's crashing call (find() throws past an ostringstream), with and without torch
+for pre in "" "import torch"; do
+  LD_PRELOAD=$w/segv.so timeout 60 python3 -c "$pre
+import numpy as np
+from echo_allreduce import reference as R
+xs = [np.ones(100, np.float32), np.ones(100, np.float32)]
 try: R.ChainState(2, 10, 'int3')
+except ValueError as e: print('raised:', e)
+try: R.all_reduce(xs, quant='zero_aware', bits=3, group_size=128)
 except ValueError as e: print('raised:', e)" >"$logs/crash-backtrace.log" 2>&1
-echo "ChainState(2, 10, 'int3') under the stack printer: exit $? $(grep -m1 -E 'raised:|echo-probe: signal' "$logs/crash-backtrace.log")"
+  echo "ChainState and all_reduce(bits=3) under the stack printer [${pre:-no torch}]: exit $? $(grep -c 'raised:' "$logs/crash-backtrace.log") raised; $(grep -m1 'echo-probe: signal' "$logs/crash-backtrace.log")"
+  grep -q "echo-probe: signal" "$logs/crash-backtrace.log" && { cp "$logs/crash-backtrace.log" "$logs/crash-backtrace-${pre:+torch}.log"; head -30 "$logs/crash-backtrace.log" | grep -E "^  #"; }
+done
+LD_DEBUG=bindings python3 -c "import numpy as np
+from echo_allreduce import reference as R
+try: R.all_reduce([np.ones(100, np.float32)] * 2, quant='zero_aware', bits=3, group_size=128)
+except ValueError as e: print('raised:', e)" 2>&1 | grep -E "_reference.*(basic_ostringstream|locale|ios_base|_Unwind|cxa)" | sed -E 's/^ *[0-9]+: *//' | sort -u >"$logs/reference-bindings.log"
+echo "stream/unwind bindings of _reference: $(wc -l <"$logs/reference-bindings.log") lines in reference-bindings.log"
 rm -rf "$w"
