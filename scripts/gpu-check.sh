@@ -179,11 +179,15 @@ stage_pybuild() {
 stage_pyprebuilt() {
   start=$SECONDS
   site=${ECHO_PYSITE:-$root/.pysite}
-  if [ ! -f "$site/echo_allreduce/_torch_ops.so" ]; then
+  if ! ls "$site"/echo_allreduce/_reference*.so >/dev/null 2>&1; then
     ECHO_BUILD_TORCH=OFF python3 -m pip install -v --no-build-isolation --no-deps --target "$site" ./python \
       >"$logs/pip.log" 2>&1 || { rc=1; tail -20 "$logs/pip.log" | tee -a "$summary"; }
-    xz -dc .gpubin/_torch_ops.so.xz >"$site/echo_allreduce/_torch_ops.so" || rc=1
   fi
+  # the torch ops from this call's carry (.gpubin, or .carry where a call has no room for .gpubin),
+  # unpacked every time: a copy left from an earlier call was once found truncated
+  local ops
+  ops=$(ls .gpubin/_torch_ops.so.xz .carry/_torch_ops.so.xz 2>/dev/null | head -1)
+  if [ -n "$ops" ]; then xz -dc "$ops" >"$site/echo_allreduce/_torch_ops.so" || rc=1; fi
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
   python3 -c "from echo_allreduce import ops; print('torch ops:', ops.ops_available(), ops._error or '')" 2>&1 | tee -a "$summary"
   say "pyprebuilt: $((SECONDS - start)) s"
@@ -207,7 +211,8 @@ except ValueError as e: print('probe: ValueError', str(e)[:80])"
   # One pytest per file: a crash in one leaves the others' results.
   for t in "$root"/python/tests/test_*.py; do
     late "pytest $(basename "$t")" && continue
-    (cd /tmp && timeout "$(left)" python3 -X faulthandler -m pytest -rs -q -p no:cacheprovider "$t") \
+    # under the native stack printer where the crash probe built one (no gdb on the GPU image)
+    (cd /tmp && LD_PRELOAD=$([ -f /tmp/echo-segv.so ] && echo /tmp/echo-segv.so) timeout "$(left)" python3 -X faulthandler -m pytest -rs -q -p no:cacheprovider "$t") \
       >"$logs/pytest-$(basename "$t" .py).log" 2>&1 || rc=1
     say "pytest $(basename "$t"): $(tail -1 "$logs/pytest-$(basename "$t" .py).log")"
     bundle

@@ -10,6 +10,7 @@ logs=$1 pkg=$2 here=$(cd "$(dirname "$0")" && pwd) w=$(mktemp -d)
 cxx=${CXX:-c++}
 $cxx --version | head -1
 gcc -O1 -shared -fPIC -o "$w/segv.so" "$here/probe/segv_backtrace.c" -ldl 2>&1 | tail -3
+cp "$w/segv.so" /tmp/echo-segv.so  # gpu-check's python stage runs pytest under it
 for flags in "-O2" "-O3 -fvisibility=hidden -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-s -fno-stack-protector"; do
   $cxx -std=c++17 -shared -fPIC $flags -o "$w/tp.so" "$here/probe/throw_probe.cpp" 2>&1 | tail -3
   for pre in "" "import torch"; do
