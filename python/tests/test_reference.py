@@ -4,6 +4,10 @@ Checked against numpy_model.py (the algorithm written again in numpy) and agains
 Echo promises: identical outputs on every rank, error within the quantizer's step, telescoping
 with error feedback along a chain."""
 
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -196,3 +200,14 @@ def test_bad_arguments_raise_value_error():
 def test_one_rank_is_an_exact_copy():
     x = inputs(np.random.default_rng(10), 1, 4097, "bf16")[0]
     assert np.array_equal(R.all_reduce([x], dtype="bf16")[0], x)
+
+
+@pytest.mark.skipif(sys.platform != "linux" or shutil.which("readelf") is None, reason="needs Linux and readelf")
+def test_module_uses_the_shared_libstdcxx():
+    # A static libstdc++ inside the module (a compiler wrapper adding -static-libstdc++) crashed the
+    # first ostringstream it used on a GPU image (docs/python.md); python/CMakeLists.txt links the
+    # shared one explicitly.
+    import echo_allreduce._reference as mod
+
+    dyn = subprocess.run(["readelf", "-d", mod.__file__], capture_output=True, text=True, check=True).stdout
+    assert "libstdc++.so" in dyn, f"{mod.__file__} does not load the shared libstdc++:\n{dyn}"

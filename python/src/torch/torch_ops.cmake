@@ -82,6 +82,7 @@ set_source_files_properties(src/torch/ops.cpp PROPERTIES INCLUDE_DIRECTORIES "${
 # Every file: std::string and std::function cross between them and libtorch.
 target_compile_definitions(_torch_ops PRIVATE _GLIBCXX_USE_CXX11_ABI=${torch_cxx11_abi})
 target_link_libraries(_torch_ops PRIVATE echo::echo ${torch_libraries})  # echo::echo: + CUDA::cudart, NCCL
+echo_py_shared_libstdcxx(_torch_ops)  # python/CMakeLists.txt
 # Found at run time where torch has put them (torch is imported first).
 set_target_properties(_torch_ops PROPERTIES INSTALL_RPATH "$ORIGIN" BUILD_WITH_INSTALL_RPATH OFF)
 install(TARGETS _torch_ops LIBRARY DESTINATION echo_allreduce COMPONENT python)
