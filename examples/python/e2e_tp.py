@@ -17,13 +17,16 @@ as CUDA graphs (one per backend and shape, the chain reset captured inside); the
 runs eagerly. Each backend is timed with the same inputs, interleaved, at every load level, all
 in one run; `noop` (the all-reduce removed) gives the all-reduce's share: 1 - t_noop / t.
 
-Background traffic: a separate process that owns both GPUs copies 32 MiB chunks GPU0 -> GPU1 and
-GPU1 -> GPU0 at once with the copy engines (cudaMemcpyPeerAsync), busy for duty x period and idle
-for the rest (period --bg-period-ms). It first measures a chunk's time with both directions
-busy, then sets the number of chunks per period (a period holds at least 8 chunks); the duty it
-reports is measured (busy time / elapsed), and the calibration says whether the GPUs have peer
-access and at what GB/s the copies ran (2026-11-30: 14 GB/s a direction, so that run's "load"
-was a small fraction of the link: docs/end-to-end.md). A plain 64 MiB NCCL all-reduce is timed at every level as a probe that the link is loaded.
+Background traffic (--bg-kind): a separate process that owns both GPUs runs a third party's
+traffic on the link, busy for duty x period and idle for the rest (period --bg-period-ms, at least
+8 steps). 'nccl' (the default): an NCCL all-reduce of --bg-chunk-mib MiB over both GPUs
+(torch.cuda.nccl, one communicator from that process; it moves that many bytes each way and uses
+some SMs, as a real neighbour would). 'copy': copy-engine peer copies both ways; on our H200s they
+ran at 14 GB/s a direction even with peer access on (2026-11-30, twice), a small fraction of the
+link, so the named duty was not the link's load (docs/end-to-end.md). The process first times a
+step with nothing else running and reports the GB/s; the duty it reports is measured (busy time /
+elapsed). A plain 64 MiB NCCL all-reduce of the ranks is timed at every level as a probe that the
+link is loaded.
 """
 import argparse
 import json
@@ -103,11 +106,10 @@ class Layers(torch.nn.Module):
 
 # ---- background traffic -------------------------------------------------------------------------
 
-def background(cmd, res, chunk_mib, period_ms):
-    """Separate process: peer copies both ways at a commanded duty cycle (see the module doc)."""
+def _copy_traffic(chunk_mib):
+    """Copy-engine peer copies both ways; returns (burst(k), bytes a chunk moves each way, info)."""
     d0, d1 = torch.device("cuda", 0), torch.device("cuda", 1)
-    # Peer access asked for explicitly (torch asks lazily, and says nothing when it is refused):
-    # without it the copies below are staged through the host, far below the link's speed.
+    # Peer access asked for explicitly (torch asks lazily, and says nothing when it is refused).
     peer_rc = {}
     try:
         import ctypes
@@ -135,19 +137,48 @@ def background(cmd, res, chunk_mib, period_ms):
         for s in (s0, t1, s1, t0):
             s.synchronize()
 
-    burst(4)
+    return burst, n, {"peer_access": bool(torch.cuda.can_device_access_peer(0, 1)), "enable_peer_rc": peer_rc}
+
+
+def _nccl_traffic(chunk_mib):
+    """A third party's NCCL all-reduce over both GPUs, from this one process (torch.cuda.nccl: one
+    communicator over the two devices, NCCL's own kernels on the link). A ring all-reduce of S bytes
+    at P = 2 sends S each way (half in reduce-scatter, half in all-gather)."""
+    import torch.cuda.nccl as nccl
+    n = chunk_mib << 20
+    xs = [torch.zeros(n // 2, dtype=torch.bfloat16, device=torch.device("cuda", d)) for d in (0, 1)]
+    streams = [torch.cuda.Stream(torch.device("cuda", d)) for d in (0, 1)]
+
+    def burst(k):
+        for _ in range(k):
+            nccl.all_reduce(xs, streams=streams)
+        for s in streams:
+            s.synchronize()
+
+    return burst, n, {"nccl_version": str(nccl.version())}
+
+
+def background(cmd, res, kind, chunk_mib, period_ms):
+    """Separate process owning both GPUs: a third party's traffic at a commanded duty cycle (see
+    the module doc); kind 'nccl' (an NCCL all-reduce) or 'copy' (copy-engine peer copies)."""
+    try:
+        burst, n, info = (_nccl_traffic if kind == "nccl" else _copy_traffic)(chunk_mib)
+        burst(4)
+    except Exception as e:  # an NCCL that cannot start here: the copies, and the reason, recorded
+        if kind != "nccl":
+            raise
+        kind = "copy"
+        burst, n, info = _copy_traffic(chunk_mib)
+        info["nccl_failed"] = repr(e)[:300]
+        burst(4)
     t = time.perf_counter()
     burst(40)
     t_chunk = (time.perf_counter() - t) / 40
-    # The period holds at least 8 chunks, so that 25 / 50 / 75 % are distinct whole numbers of
-    # chunks (the first GPU run, 2026-11-30, had 2.4 ms chunks in a 4 ms period: one chunk at
-    # every level). can_device_access_peer: whether these copies can go GPU to GPU at all (without
-    # it the driver stages them through the host, far below the link's speed).
+    # The period holds at least 8 steps, so that 25 / 50 / 75 % are distinct whole numbers of
+    # steps (the first GPU run, 2026-11-30, had 2.4 ms steps in a 4 ms period: one at every level).
     period = max(period_ms / 1e3, 8 * t_chunk)
-    res.put(("calibrated", {"chunk_mib": chunk_mib, "chunk_us": 1e6 * t_chunk, "period_ms": 1e3 * period,
-                            "GBps_per_direction": n / t_chunk / 1e9,
-                            "peer_access": bool(torch.cuda.can_device_access_peer(0, 1)),
-                            "enable_peer_rc": peer_rc}))
+    res.put(("calibrated", {"kind": kind, "chunk_mib": chunk_mib, "chunk_us": 1e6 * t_chunk,
+                            "period_ms": 1e3 * period, "GBps_per_direction": n / t_chunk / 1e9, **info}))
     duty, k = 0.0, 0
     busy = elapsed = 0.0
     bursts = 0
@@ -305,14 +336,15 @@ def main_rank(cfg, dev):
     if rank == 0 and dev.type == "cuda" and any(levels):
         ctx = torch.multiprocessing.get_context("spawn")
         cmd, res = ctx.Queue(), ctx.Queue()
-        bg = ctx.Process(target=background, args=(cmd, res, cfg.bg_chunk_mib, cfg.bg_period_ms), daemon=True)
+        bg = ctx.Process(target=background, args=(cmd, res, cfg.bg_kind, cfg.bg_chunk_mib, cfg.bg_period_ms),
+                         daemon=True)
         bg.start()
         cal = res.get(timeout=120)[1]
-        log(f"background: a {cal['chunk_mib']} MiB chunk each way takes {cal['chunk_us']:.0f} us "
-            f"({cal['GBps_per_direction']:.0f} GB/s per direction, both busy; peer access "
-            f"{cal['peer_access']}, cudaDeviceEnablePeerAccess {cal['enable_peer_rc']}), period {cal['period_ms']:.1f} ms")
+        extra = {k: v for k, v in cal.items() if k not in ("kind", "chunk_mib", "chunk_us", "period_ms", "GBps_per_direction")}
+        log(f"background ({cal['kind']}): a {cal['chunk_mib']} MiB chunk takes {cal['chunk_us']:.0f} us "
+            f"({cal['GBps_per_direction']:.0f} GB/s each way, both busy; {extra}), period {cal['period_ms']:.1f} ms")
         if cal["GBps_per_direction"] < 100:
-            log("WARNING: the background copies run far below NVLink's speed (about 365 GB/s a direction): "
+            log("WARNING: the background runs far below NVLink's speed (about 365 GB/s a direction): "
                 "its load levels are a small fraction of the link, not the duty cycle named")
     out = {"config": vars(cfg), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
            "date": time.strftime("%Y-%m-%d %H:%M"), "params_per_rank": nparam, "levels": {}, "results": []}
@@ -387,7 +419,9 @@ def main():
     ap.add_argument("--loads", default="0,25,50,75", help="background duty cycles in percent")
     ap.add_argument("--reps", type=int, default=20, help="timed repetitions (prefill, train)")
     ap.add_argument("--decode-reps", type=int, default=200)
-    ap.add_argument("--bg-chunk-mib", type=int, default=32)
+    ap.add_argument("--bg-kind", choices=["nccl", "copy"], default="nccl",
+                    help="background traffic: an NCCL all-reduce (default) or copy-engine peer copies")
+    ap.add_argument("--bg-chunk-mib", type=int, default=64, help="bytes a background step moves each way")
     ap.add_argument("--bg-period-ms", type=float, default=4.0)
     ap.add_argument("--settle-s", type=float, default=0.2)
     ap.add_argument("--no-graphs", action="store_true")
