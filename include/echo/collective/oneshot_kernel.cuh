@@ -7,6 +7,7 @@
 // same value whichever rank owns the segment, and the sum is rounded once to T.
 #pragma once
 
+#include "../detail/ceil_div.cuh"
 #include "../detail/fp_ops.cuh"
 #include "../detail/sync.cuh"
 #include "../detail/vector_io.cuh"
@@ -50,8 +51,8 @@ __global__ void __launch_bounds__(Threads) oneshot_kernel(const oneshot_params<T
   if (frame.poisoned) return;
   const uint32_t epoch = frame.epoch;
   const workspace_layout& L = p.layout;
-  const size_t per = (p.n + gridDim.x - 1) / gridDim.x;
-  const size_t chunk = (per + V - 1) / V * V, begin = blockIdx.x * chunk;
+  const size_t per = echo::detail::ceil_div(p.n, gridDim.x);
+  const size_t chunk = echo::detail::ceil_div(per, V) * V, begin = blockIdx.x * chunk;
   const size_t end = begin + chunk < p.n ? begin + chunk : p.n;
   // 1. push this block's range to every peer
   for (size_t i = begin + threadIdx.x * V; i < end; i += Threads * V) {

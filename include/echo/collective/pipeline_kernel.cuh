@@ -24,6 +24,7 @@
 // through the spin limit, a mismatched call through the signature carried in every flag.
 #pragma once
 
+#include "../detail/ceil_div.cuh"
 #include "../detail/partition.cuh"
 #include "../detail/sync.cuh"
 #include "../error.cuh"
@@ -161,7 +162,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   const int P = p.ranks, me = p.rank;
   const workspace_layout& L = p.layout;
   const echo::detail::partition part{p.n, p.granule, P};
-  const size_t tiles0 = (part.size(0) + tile_elems - 1) / tile_elems;  // segment 0 is the longest
+  const size_t tiles0 = echo::detail::ceil_div(part.size(0), tile_elems);  // segment 0 is the longest
   wait_result why = wait_result::ok;
   (void)lag;
   (void)tiles0;
@@ -172,7 +173,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       const int j = (me + d) % P;
       const size_t b = part.begin(j), len = part.size(j);
       if (t * tile_elems >= len) continue;
-      const int subs = static_cast<int>(min(static_cast<size_t>(U), (len - t * tile_elems + sub_elems - 1) / sub_elems));
+      const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
       unsigned char* const slot = p.peer[j] + L.recv_slot(me, t % p.ring, tile_bytes);
       detail::over_subtiles<stages>(p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs,
                                     sub_elems, [&](const auto& ops, size_t first, int valid, int u) {
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
         const wait_result w = detail::warp_wait(p.local + L.recv_flag(i, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
         if (w != wait_result::ok) return w;
       }
-    const int subs = static_cast<int>(min(static_cast<size_t>(U), (len - t * tile_elems + sub_elems - 1) / sub_elems));
+    const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
     const size_t slot = t % p.ring;
     detail::over_subtiles<stages>(
         p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs, sub_elems,

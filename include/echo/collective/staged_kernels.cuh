@@ -9,6 +9,7 @@
 // status::mismatch instead of reading the packets.
 #pragma once
 
+#include "../detail/ceil_div.cuh"
 #include "../detail/partition.cuh"
 #include "../error.cuh"
 #include "tile_stages.cuh"
@@ -57,7 +58,7 @@ __device__ __forceinline__ void chunk_subtiles(const chunk_params& c, int j, F&&
   const size_t sb = part.begin(j), se = part.end(j), b = sb + c.chunk_offset;
   if (b >= se) return;
   const size_t len = se - b < c.chunk_len ? se - b : c.chunk_len;
-  const size_t subs = (len + Cfg::sub_elems - 1) / Cfg::sub_elems;
+  const size_t subs = echo::detail::ceil_div(len, Cfg::sub_elems);
   for (size_t s = warp; s < subs; s += nwarps) {
     const size_t first = b + s * Cfg::sub_elems + static_cast<size_t>(lane) * Cfg::V;
     f(s, first, valid_count(first, b + len, Cfg::V));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "../comp/compensator.cuh"
+#include "../detail/ceil_div.cuh"
 #include "../detail/partition.cuh"
 #include "tile_stages.cuh"
 
@@ -36,7 +37,7 @@ __global__ void __launch_bounds__(Cfg::threads) update_kernel(const typename Cfg
     const size_t nwarps = static_cast<size_t>(gridDim.x) * Cfg::warps;
     for (int j = 0; j < ranks; ++j) {
       if (j == rank) continue;
-      const size_t b = part.begin(j), len = part.size(j), subs = (len + Cfg::sub_elems - 1) / Cfg::sub_elems;
+      const size_t b = part.begin(j), len = part.size(j), subs = echo::detail::ceil_div(len, Cfg::sub_elems);
       for (size_t s = warp; s < subs; s += nwarps) {
         const size_t first = b + s * Cfg::sub_elems + static_cast<size_t>(lane) * V;
         const int valid = detail::valid_count(first, b + len, V);

@@ -2,6 +2,7 @@
 // int8_state, int4_state}. Host (the reference) and device (the pipeline) share the numerics.
 #pragma once
 
+#include "../detail/ceil_div.cuh"
 #include "../detail/vector_io.cuh"
 #include "../dtype.cuh"
 #include "../quant/symmetric.cuh"
@@ -70,7 +71,7 @@ struct state_storage<int_state<Bits>> {
   static constexpr int group = 32;
 
   ECHO_HD static size_t code_bytes(size_t n) { return detail::align16((n * Bits + 7) / 8); }
-  static size_t bytes(size_t n) { return code_bytes(n) + detail::align16((n + group - 1) / group * 2); }
+  static size_t bytes(size_t n) { return code_bytes(n) + detail::align16(echo::detail::ceil_div(n, group) * 2); }
 
   static void round_trip(const float* e, size_t n, float* out) {
     for (size_t b = 0; b < n; b += group) {

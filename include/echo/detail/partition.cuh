@@ -3,6 +3,7 @@
 #pragma once
 
 #include "../config.cuh"
+#include "ceil_div.cuh"
 
 namespace echo::detail {
 
@@ -14,7 +15,7 @@ struct partition {
   size_t granule;
   int ranks;
 
-  ECHO_HOST_DEVICE size_t granules() const { return (n + granule - 1) / granule; }
+  ECHO_HOST_DEVICE size_t granules() const { return ceil_div(n, granule); }
   ECHO_HOST_DEVICE size_t granule_begin(int j) const {
     const size_t G = granules(), base = G / ranks, rem = G % ranks, jj = static_cast<size_t>(j);
     return jj * base + (jj < rem ? jj : rem);

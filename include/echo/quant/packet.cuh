@@ -10,6 +10,7 @@
 // codes of a tail group shorter than g are 0 and never decoded.
 #pragma once
 
+#include "../detail/ceil_div.cuh"
 #include "group_params.cuh"
 
 #include <cstring>
@@ -25,7 +26,7 @@ struct packet {
   static constexpr size_t code_words = code_bytes / 4;
 
   ECHO_HD static constexpr size_t align16(size_t b) { return (b + 15) & ~size_t(15); }
-  ECHO_HD static constexpr size_t groups_for(size_t values) { return (values + group - 1) / group; }
+  ECHO_HD static constexpr size_t groups_for(size_t values) { return echo::detail::ceil_div(values, group); }
   ECHO_HD static constexpr size_t codes_region(size_t groups) { return align16(groups * code_bytes); }
   /// Bytes of a packet holding `groups` groups.
   ECHO_HD static constexpr size_t bytes(size_t groups) { return codes_region(groups) + align16(groups * 4); }

@@ -11,6 +11,7 @@
 #include "../collective/oneshot_kernel.cuh"
 #include "../collective/pipeline_kernel.cuh"
 #include "../communicator.cuh"
+#include "../detail/ceil_div.cuh"
 #include "../detail/cuda_check.cuh"
 #include "../detail/device_guard.cuh"
 #include "../detail/mapped_status.cuh"
@@ -200,7 +201,7 @@ struct cuda_ipc {
       if (P == 1) return;
       layout_.ranks = P;
       const size_t max_seg = echo::detail::partition{max_elements, 32, P}.size(0);
-      layout_.flag_tiles = std::max<size_t>(64, (max_seg + min_flag_elems - 1) / min_flag_elems + 1);
+      layout_.flag_tiles = std::max<size_t>(64, echo::detail::ceil_div(max_seg, min_flag_elems) + 1);
       layout_.oneshot_bytes = oneshot_bytes;
       layout_.ring_bytes = std::max(min_ring_bytes, opt.workspace_bytes / (2 * static_cast<size_t>(P)) & ~size_t(255));
       if (ranks_per_context(comm) > 1) layout_.ring_bytes = std::max(layout_.ring_bytes, one_launch_ring_bytes(max_seg));
@@ -240,7 +241,7 @@ struct cuda_ipc {
       constexpr auto kernel = collective::pipeline_kernel<Cfg>;
       const int P = comm_.size();
       const size_t seg0 = echo::detail::partition{c.n, echo::detail::granule_of<Q>(), P}.size(0);
-      const size_t subs0 = (seg0 + Cfg::sub_elems - 1) / Cfg::sub_elems;
+      const size_t subs0 = echo::detail::ceil_div(seg0, Cfg::sub_elems);
       const size_t resident = static_cast<size_t>(max_grid<kernel>()) * Cfg::warps;
       // A flag covers U sub-tiles: one while warps would otherwise go idle (spread small messages
       // wide), more for large ones (amortise the flag's system-scope fence), and enough that the
@@ -251,8 +252,8 @@ struct cuda_ipc {
       constexpr bool overlap = Policy::stage_lag > 0;
       size_t U = overlap ? std::min(u_max, std::max<size_t>(1, subs0 / (4 * resident)))
                          : std::min(u_max, std::max<size_t>(1, subs0 / spread_warps));
-      U = std::max(U, (subs0 + layout_.flag_tiles - 1) / layout_.flag_tiles);
-      const size_t tiles0 = (subs0 + U - 1) / U;
+      U = std::max(U, echo::detail::ceil_div(subs0, layout_.flag_tiles));
+      const size_t tiles0 = echo::detail::ceil_div(subs0, U);
       const size_t tile_bytes = U * Cfg::sub_bytes;
       const size_t slots = layout_.ring_bytes / tile_bytes;
       if (slots == 0) return fail("the workspace ring holds no tile: raise workspace_bytes");
@@ -268,7 +269,7 @@ struct cuda_ipc {
         if (warps == 0) return fail("the workspace ring holds too few tiles a warp: raise workspace_bytes");
         ring = slots / warps * warps;
       }
-      const int grid = static_cast<int>((warps + Cfg::warps - 1) / Cfg::warps);
+      const int grid = static_cast<int>(echo::detail::ceil_div(warps, Cfg::warps));
       collective::pipeline_params<T> p{};
       p.in = c.in;
       p.out = c.out;
@@ -349,7 +350,7 @@ struct cuda_ipc {
                                       collective::tile_config<quant::none, float, Comp, Policy>::sub_bytes});
       // + 2 flags' worth of values: a quantizer's granule (its group) can lengthen segment 0
       const size_t values = max_seg + 2 * static_cast<size_t>(Policy::flag_elems);
-      const size_t subs = (values + q32::sub_elems - 1) / q32::sub_elems + Policy::flag_elems / q32::sub_elems + 1;
+      const size_t subs = echo::detail::ceil_div(values, q32::sub_elems) + Policy::flag_elems / q32::sub_elems + 1;
       return (subs * widest + 255) & ~size_t(255);
     }
 
@@ -385,7 +386,7 @@ struct cuda_ipc {
       p.status = status_.device();
       // Block b of every rank must cover the same range: the grid depends on n (and the GPU) only.
       constexpr size_t per_block = size_t(16) << 10;
-      const size_t blocks = (c.n * sizeof(T) + per_block - 1) / per_block;
+      const size_t blocks = echo::detail::ceil_div(c.n * sizeof(T), per_block);
       const int most = std::max(1, std::min(64, sms_ * 2 / ranks_per_device()));  // 2 x 512 threads an SM fit
       const int grid = static_cast<int>(std::min<size_t>(static_cast<size_t>(most), std::max<size_t>(1, blocks)));
       p.sig = echo::detail::signature().add(c.sig).add(grid).add(2).value();

@@ -5,6 +5,7 @@
 #include "../collective/staged_kernels.cuh"
 #include "../collective/state_kernels.cuh"
 #include "../communicator.cuh"
+#include "../detail/ceil_div.cuh"
 #include "../detail/cuda_check.cuh"
 #include "../detail/device_guard.cuh"
 #include "../detail/mapped_status.cuh"
@@ -92,7 +93,7 @@ struct nccl {
         return status::invalid_argument;
       }
       const echo::detail::partition part{c.n, echo::detail::granule_of<Q>(), P};
-      const size_t subs0 = (part.size(0) + Cfg::sub_elems - 1) / Cfg::sub_elems;
+      const size_t subs0 = echo::detail::ceil_div(part.size(0), Cfg::sub_elems);
       // Chunks: at least 8 in flight for large messages (overlap), none smaller than 1 MiB of
       // packets, none larger than a slot.
       const size_t floor_subs = std::max<size_t>(1, (size_t(1) << 20) / Cfg::sub_bytes);
@@ -107,7 +108,7 @@ struct nccl {
       base.slot_bytes = slot_bytes;
       base.state = c.state;
       base.status = status_.device();
-      const size_t chunks = (part.size(0) + base.chunk_len - 1) / base.chunk_len;
+      const size_t chunks = echo::detail::ceil_div(part.size(0), base.chunk_len);
       const int grid = std::max(1, sms_ * Policy::blocks_per_sm);
       auto set = [&](size_t k) {
         collective::chunk_params s = base;
@@ -125,7 +126,7 @@ struct nccl {
         const size_t len = part.size(j), off = k * base.chunk_len;
         if (off >= len) return 0;
         const size_t l = std::min(len - off, base.chunk_len);
-        return collective::slot_header::bytes + (l + Cfg::sub_elems - 1) / Cfg::sub_elems * Cfg::sub_bytes;
+        return collective::slot_header::bytes + echo::detail::ceil_div(l, Cfg::sub_elems) * Cfg::sub_bytes;
       };
       cudaEvent_t* ev = events_;  // [0] fork, [1..2] pushed, [3..4] exchanged, [5..6] reduced, [7..8] gathered, [9] join
       auto ok = [](cudaError_t e) { return e == cudaSuccess; };
