@@ -23,7 +23,11 @@
 //                      (ncclAllReduce below the dispatch size)
 //   echo_int4_*        zero_aware<4,128> under another pipeline_policy or workspace: tuning
 //                      ablations, identical results (t<threads>x<blocks a SM>, v32: 32 values a
-//                      lane, f<values a flag>, lag2: stages two iterations apart, w<workspace MiB>)
+//                      lane, f<values a flag>, lag2: stages two iterations apart, w<workspace MiB>;
+//                      the t<T>x<B> policies overlap the stages (lag 1) and cover 8192 values a
+//                      flag unless named l0: the default's phase schedule and 4096 a flag)
+//   echo_*_narrow / echo_*_wide  the default policy's two halves, each at every size (the
+//                      default runs the wide one from the dispatch table's wide_from size on)
 // The echo_* variants without "nccl" in the name use transport::cuda_ipc (peer stores over
 // NVLink / PCIe, never through NCCL). Every echo_* variant but the *dispatch ones forces its path
 // (the quantizer at every size).
@@ -46,6 +50,9 @@ using nccl_transport = echo::transport::nccl;
 using default_policy = echo::collective::default_policy;
 template <int Threads, int Blocks, int FlagElems = 8192, int LaneValues = 16, int Lag = 1>
 using policy = echo::collective::pipeline_policy<Threads, Blocks, FlagElems, LaneValues, Lag>;
+/// The default policy's two halves, each alone: its narrow policy at every size, its wide one at every size.
+using narrow = echo::collective::pipeline_policy<>;
+using wide = default_policy::wide;
 constexpr bool dispatched = false;
 
 std::unique_ptr<runner> make_nccl(bench_context& ctx) { return std::make_unique<nccl_runner>(ctx, ncclBfloat16); }
@@ -78,17 +85,26 @@ const std::vector<variant_spec>& variants() {
       {"echo_nccl_int4_ef", make_echo<za4, ef, true, nccl_transport>},
       {"echo_nccl_int8", make_echo<za8, c0, true, nccl_transport>},
       {"echo_nccl_dispatch", make_echo<za4, ef, dispatched, nccl_transport>},
-      {"echo_int4_t256x3", make_echo<za4, c0, true, ipc, policy<256, 3>>},
       {"echo_int4_t512x1", make_echo<za4, c0, true, ipc, policy<512, 1>>},
       {"echo_int4_v32", make_echo<za4, c0, true, ipc, policy<256, 2, 8192, 32>>},
       {"echo_int4_lag2", make_echo<za4, c0, true, ipc, policy<256, 2, 8192, 16, 2>, 256>},
-      {"echo_int4_t256x3_w256", make_echo<za4, c0, true, ipc, policy<256, 3>, 256>},
-      {"echo_int4_ef_w256", make_echo<za4, ef, true, ipc, default_policy, 256>},
+      {"echo_int4_narrow", make_echo<za4, c0, true, ipc, narrow>},
+      {"echo_int4_wide", make_echo<za4, c0, true, ipc, wide>},
+      {"echo_int4_ef_narrow", make_echo<za4, ef, true, ipc, narrow>},
+      {"echo_int4_ef_wide", make_echo<za4, ef, true, ipc, wide>},
+      {"echo_int8_narrow", make_echo<za8, c0, true, ipc, narrow>},
+      {"echo_int8_wide", make_echo<za8, c0, true, ipc, wide>},
+      {"echo_int8_ef_narrow", make_echo<za8, ef, true, ipc, narrow>},
+      {"echo_int8_ef_wide", make_echo<za8, ef, true, ipc, wide>},
+      {"echo_none_narrow", make_echo<q16, c0, true, ipc, narrow>},
+      {"echo_none_wide", make_echo<q16, c0, true, ipc, wide>},
+      {"echo_int4_t256x2l1", make_echo<za4, c0, true, ipc, policy<256, 2>>},
+      {"echo_int4_t256x3l0", make_echo<za4, c0, true, ipc, policy<256, 3, 4096, 16, 0>>},
+      {"echo_int4_ef_t256x3l0", make_echo<za4, ef, true, ipc, policy<256, 3, 4096, 16, 0>>},
+      {"echo_none_t256x3l0", make_echo<q16, c0, true, ipc, policy<256, 3, 4096, 16, 0>>},
       {"echo_int4_f4096", make_echo<za4, c0, true, ipc, policy<256, 2, 4096>>},
       {"echo_int4_f16384", make_echo<za4, c0, true, ipc, policy<256, 2, 16384>>},
       {"echo_int4_w16", make_echo<za4, c0, true, ipc, default_policy, 16>},
-      {"echo_int4_w256", make_echo<za4, c0, true, ipc, default_policy, 256>},
-      {"echo_none_w256", make_echo<q16, c0, true, ipc, default_policy, 256>},
   };
   return table;
 }

@@ -21,9 +21,10 @@ Background traffic (--bg-kind): a separate process that owns both GPUs runs a th
 traffic on the link, busy for duty x period and idle for the rest (period --bg-period-ms, at least
 8 steps). 'nccl' (the default): an NCCL all-reduce of --bg-chunk-mib MiB over both GPUs
 (torch.cuda.nccl, one communicator from that process; it moves that many bytes each way and uses
-some SMs, as a real neighbour would). 'copy': copy-engine peer copies both ways; on our H200s they
-ran at 14 GB/s a direction even with peer access on (2026-11-30, twice), a small fraction of the
-link, so the named duty was not the link's load (docs/end-to-end.md). The process first times a
+some SMs, as a real neighbour would). 'copy': copy-engine peer copies both ways, no SMs; torch's
+cross-device copy_ ran at 14 GB/s a direction on our H200s even with peer access on (2026-11-30,
+twice), so the generator times it against cudaMemcpyPeerAsync on the same buffers and uses the
+faster (docs/end-to-end.md). The process first times a
 step with nothing else running and reports the GB/s; the duty it reports is measured (busy time /
 elapsed). A plain 64 MiB NCCL all-reduce of the ranks is timed at every level as a probe that the
 link is loaded.
@@ -107,19 +108,22 @@ class Layers(torch.nn.Module):
 # ---- background traffic -------------------------------------------------------------------------
 
 def _copy_traffic(chunk_mib):
-    """Copy-engine peer copies both ways; returns (burst(k), bytes a chunk moves each way, info)."""
+    """Copy-engine peer copies both ways; returns (burst(k), bytes a chunk moves each way, info).
+
+    Two ways to issue them are timed and the faster is used: torch's cross-device `copy_` (14 GB/s
+    a direction on our H200s, twice) and cudaMemcpyPeerAsync called through ctypes on the same
+    tensors and streams (scripts/peer-copy-probe.py compares them)."""
+    import ctypes
     d0, d1 = torch.device("cuda", 0), torch.device("cuda", 1)
+    cudart = ctypes.CDLL("libcudart.so." + torch.version.cuda.split(".")[0])
     # Peer access asked for explicitly (torch asks lazily, and says nothing when it is refused).
     peer_rc = {}
-    try:
-        import ctypes
-        cudart = ctypes.CDLL("libcudart.so." + torch.version.cuda.split(".")[0])
-        for d in (0, 1):
-            torch.cuda.set_device(d)
-            peer_rc[d] = cudart.cudaDeviceEnablePeerAccess(1 - d, 0)  # 0 ok, 704 already enabled
-            cudart.cudaGetLastError()
-    except (OSError, AttributeError) as e:
-        peer_rc["error"] = str(e)
+    for d in (0, 1):
+        torch.cuda.set_device(d)
+        peer_rc[d] = cudart.cudaDeviceEnablePeerAccess(1 - d, 0)  # 0 ok, 704 already enabled
+        cudart.cudaGetLastError()
+    cudart.cudaMemcpyPeerAsync.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                           ctypes.c_size_t, ctypes.c_void_p]
     n = chunk_mib << 20
     a0, b0 = torch.empty(n, dtype=torch.uint8, device=d0), torch.empty(n, dtype=torch.uint8, device=d0)
     a1, b1 = torch.empty(n, dtype=torch.uint8, device=d1), torch.empty(n, dtype=torch.uint8, device=d1)
@@ -128,16 +132,35 @@ def _copy_traffic(chunk_mib):
     s0, t1 = torch.cuda.Stream(d0), torch.cuda.Stream(d1)
     s1, t0 = torch.cuda.Stream(d1), torch.cuda.Stream(d0)
 
-    def burst(k):
+    def torch_step():
+        with torch.cuda.stream(s0), torch.cuda.stream(t1):
+            b1.copy_(a0, non_blocking=True)  # GPU0 -> GPU1
+        with torch.cuda.stream(s1), torch.cuda.stream(t0):
+            b0.copy_(a1, non_blocking=True)  # GPU1 -> GPU0
+
+    def peer_step():
+        rc = cudart.cudaMemcpyPeerAsync(b1.data_ptr(), 1, a0.data_ptr(), 0, n, s0.cuda_stream)
+        rc |= cudart.cudaMemcpyPeerAsync(b0.data_ptr(), 0, a1.data_ptr(), 1, n, s1.cuda_stream)
+        if rc:
+            raise RuntimeError(f"cudaMemcpyPeerAsync returned {rc}")
+
+    def run(step, k):
         for _ in range(k):
-            with torch.cuda.stream(s0), torch.cuda.stream(t1):
-                b1.copy_(a0, non_blocking=True)  # GPU0 -> GPU1 (cudaMemcpyAsync peer: a copy engine)
-            with torch.cuda.stream(s1), torch.cuda.stream(t0):
-                b0.copy_(a1, non_blocking=True)  # GPU1 -> GPU0
+            step()
         for s in (s0, t1, s1, t0):
             s.synchronize()
 
-    return burst, n, {"peer_access": bool(torch.cuda.can_device_access_peer(0, 1)), "enable_peer_rc": peer_rc}
+    speed = {}
+    for name, step in (("torch_copy", torch_step), ("cudaMemcpyPeerAsync", peer_step)):
+        run(step, 3)
+        t = time.perf_counter()
+        run(step, 10)
+        speed[name] = n * 10 / (time.perf_counter() - t) / 1e9
+    how = max(speed, key=speed.get)
+    step = torch_step if how == "torch_copy" else peer_step
+    return (lambda k: run(step, k)), n, {"peer_access": bool(torch.cuda.can_device_access_peer(0, 1)),
+                                         "enable_peer_rc": peer_rc, "copy_call": how,
+                                         "GBps_per_direction_by_call": speed}
 
 
 def _nccl_traffic(chunk_mib):

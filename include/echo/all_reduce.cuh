@@ -67,6 +67,7 @@ class all_reduce {
     ECHO_REQUIRE(std::isfinite(opt.spin_limit_seconds) && opt.spin_limit_seconds > 0 && opt.spin_limit_seconds <= 86400,
                  call, "options.spin_limit_seconds must be in (0, 86400]");
     ECHO_REQUIRE(opt.unquantized_below_bytes >= -1, call, "options.unquantized_below_bytes must be >= -1");
+    ECHO_REQUIRE(opt.wide_policy_from_bytes >= -1, call, "options.wide_policy_from_bytes must be >= -1");
     detail::device_guard guard(comm.device());
     check_configuration();
     engine_ = std::make_unique<engine_type>(comm, max_elements, opt);
@@ -337,14 +338,19 @@ class all_reduce {
       uint64_t max_elements;
       uint64_t workspace_bytes;
       int64_t unquantized_below;
+      int64_t wide_from;
     };
     detail::signature s;
     s.add(Quant::name).add(static_cast<uint64_t>(Quant::bits)).add(static_cast<uint64_t>(Quant::group));
     s.add(Comp::name).add(static_cast<uint64_t>(Comp::state_bytes(1000)));  // the storage, through its size
     s.add(Transport::name).add(static_cast<uint64_t>(Policy::threads)).add(static_cast<uint64_t>(Policy::blocks_per_sm));
-    s.add(static_cast<uint64_t>(Policy::flag_elems));
+    s.add(static_cast<uint64_t>(Policy::flag_elems)).add(static_cast<uint64_t>(Policy::stage_lag));
+    using wide = typename Policy::wide;
+    s.add(static_cast<uint64_t>(wide::threads)).add(static_cast<uint64_t>(wide::blocks_per_sm));
+    s.add(static_cast<uint64_t>(wide::flag_elems)).add(static_cast<uint64_t>(wide::stage_lag));
     config_signature_ = s.wide();
-    const record mine{config_signature_, max_elements_, opt_.workspace_bytes, opt_.unquantized_below_bytes};
+    const record mine{config_signature_, max_elements_, opt_.workspace_bytes, opt_.unquantized_below_bytes,
+                      opt_.wide_policy_from_bytes};
     const std::vector<record> all = comm_.all_gather(mine);
     for (size_t r = 0; r < all.size(); ++r) {
       const std::string who = "rank " + std::to_string(r) + " and rank " + std::to_string(comm_.rank()) + " ";
@@ -355,6 +361,8 @@ class all_reduce {
                    who + "were built with different options.workspace_bytes");
       ECHO_REQUIRE(all[r].unquantized_below == mine.unquantized_below, "echo::all_reduce",
                    who + "were built with different options.unquantized_below_bytes");
+      ECHO_REQUIRE(all[r].wide_from == mine.wide_from, "echo::all_reduce",
+                   who + "were built with different options.wide_policy_from_bytes");
     }
   }
 

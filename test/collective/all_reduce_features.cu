@@ -143,6 +143,33 @@ TEST_CASE("size dispatch: small calls take the unquantized one-shot path, large 
   }
 }
 
+TEST_CASE("the wide policy: forced at every size, and switched by size within one object's calls") {
+  // Forced (from 0 bytes), with rings small enough that it wraps them under flow control.
+  echo::all_reduce_options all;
+  all.wide_policy_from_bytes = 0;
+  all.workspace_bytes = size_t(1) << 20;
+  reference_check<za4, ef16, bf16> a(1000003, all);
+  CHECK(a.ar(0).engine().wide_from_bytes() == 0);
+  for (int k = 0; k < 4; ++k) a.step(1000003);
+  CHECK(a.ar(0).engine().last_run_wide());
+  a.step(4097);
+  CHECK(a.ar(0).engine().last_run_wide());
+  reference_check<echo::quant::zero_aware<8, 64>, echo::comp::none, float> b(300007, all);
+  for (int k = 0; k < 2; ++k) b.step(300007, k == 1);
+  // From 1 MiB on: calls alternate between the two policies on one long-lived object, chains
+  // reset and continue across the switch, the deferred update follows either.
+  echo::all_reduce_options some;
+  some.wide_policy_from_bytes = 1 << 20;
+  reference_check<za4, ef8, bf16> c(1500007, some);
+  const size_t sizes[] = {1500007, 1500007, 200003, 1500007, 524288, 524289, 777777, 1500007};
+  for (int k = 0; k < 8; ++k) {
+    c.step(sizes[k], k == 4, k % 2 ? echo::state_update::deferred : echo::state_update::fused);
+    CHECK(c.ar(0).engine().last_run_wide() == (sizes[k] * sizeof(bf16) >= (1u << 20)));
+  }
+  reference_check<echo::quant::none, echo::comp::none, echo::half_t> d(1200000, some);
+  for (size_t n : {1200000, 300000, 1200000}) d.step(n);
+}
+
 TEST_CASE("by default the dispatch table decides the unquantized threshold") {
   auto ars = make_all<echo::all_reduce<za4>>(1000);
   cudaDeviceProp prop{};

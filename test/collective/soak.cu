@@ -196,10 +196,17 @@ class soak_of : public soak_object {
   size_t unquantized_below_ = 0;
 };
 
-echo::all_reduce_options options(long long unquantized_below, size_t workspace = 0) {
+/// wide: options.wide_policy_from_bytes (-1: the dispatch table's); small values make the object's
+/// calls switch between the two pipeline policies at random.
+echo::all_reduce_options options(long long unquantized_below, size_t workspace = 0, long long wide = -1) {
   echo::all_reduce_options o;
   ECHO_SOAK_UNQUANTIZED(o) = unquantized_below;
   if (workspace) o.workspace_bytes = workspace;
+#ifndef ECHO_SOAK_LEGACY
+  o.wide_policy_from_bytes = wide;
+#else
+  (void)wide;
+#endif
   o.spin_limit_seconds = 20;
   return o;
 }
@@ -245,13 +252,13 @@ TEST_CASE("soak: cuda_ipc") {
   std::vector<std::unique_ptr<soak_object>> o;
   const size_t M = size_t(1) << 22;
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::none, T>("za4g128 none dispatch", M, options(-1)));
-  o.emplace_back(new soak_of<quant::zero_aware<4, 32>, comp::error_feedback<bf16>, T>("za4g32 ef(bf16) 160K", M, options(0, 160 << 10)));
-  o.emplace_back(new soak_of<quant::symmetric<8, 128>, comp::none, T>("sym8g128 none forced", M, options(0)));
-  o.emplace_back(new soak_of<quant::none, comp::none, T>("none none (16-bit pipeline)", M, options(0, 1 << 20)));
+  o.emplace_back(new soak_of<quant::zero_aware<4, 32>, comp::error_feedback<bf16>, T>("za4g32 ef(bf16) 160K wide>=48K", M, options(0, 160 << 10, 48 << 10)));
+  o.emplace_back(new soak_of<quant::symmetric<8, 128>, comp::none, T>("sym8g128 none forced wide>=32K", M, options(0, 0, 32 << 10)));
+  o.emplace_back(new soak_of<quant::none, comp::none, T>("none none (16-bit pipeline) wide>=64K", M, options(0, 1 << 20, 64 << 10)));
   o.emplace_back(new soak_of<quant::naive_zero_point<4, 64>, comp::error_feedback<float>, T>("naive4g64 ef(f32)", M, options(0)));
 #ifndef ECHO_SOAK_LEGACY
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::int8_state>, T>("za4g128 ef(int8) dispatch", M, options(-1)));
-  o.emplace_back(new soak_of<quant::zero_aware<8, 64>, comp::error_feedback<comp::int4_state>, T>("za8g64 ef(int4) 256K", M, options(0, 256 << 10)));
+  o.emplace_back(new soak_of<quant::zero_aware<8, 64>, comp::error_feedback<comp::int4_state>, T>("za8g64 ef(int4) 256K wide", M, options(0, 256 << 10, 0)));
   o.emplace_back(new soak_of<quant::zero_aware<3, 256>, comp::error_feedback<comp::int8_state>, T>("za3g256 ef(int8)", M, options(1 << 16)));
 #endif
   soak(o, "cuda_ipc");

@@ -4,9 +4,12 @@
 
 #include "../config.cuh"
 
+#include <type_traits>
+
 namespace echo::collective {
 
-template <int Threads = 256, int BlocksPerSm = 2, int FlagElems = 4096, int LaneValues = 16, int StageLag = 0>
+template <int Threads = 256, int BlocksPerSm = 2, int FlagElems = 4096, int LaneValues = 16, int StageLag = 0,
+          class Wide = void>
 struct pipeline_policy {
   static_assert(LaneValues == 16 || LaneValues == 32, "pipeline_policy: LaneValues must be 16 or 32");
   static_assert(StageLag >= 0 && StageLag <= 4, "pipeline_policy: StageLag must be in [0, 4]");
@@ -29,8 +32,18 @@ struct pipeline_policy {
   /// iterations between a tile's push and its reduce and between its reduce and gather (the
   /// flow-control rule then asks R >= (2 L + 1) W). docs/benchmarks.md measures both.
   static constexpr int stage_lag = StageLag;
+  /// The policy a cuda_ipc call runs under from the dispatch table's wide_from size on
+  /// (all_reduce_options::wide_policy_from_bytes overrides it): this policy itself when Wide is
+  /// void, else Wide, which must stream in one launch (stage_lag >= 1) and name no Wide of its own.
+  /// Large messages gain from more warps in flight even where the register cap makes them spill;
+  /// small ones lose (docs/benchmarks.md).
+  using wide = std::conditional_t<std::is_void<Wide>::value, pipeline_policy, Wide>;
+  static_assert(std::is_same<wide, pipeline_policy>::value || (wide::stage_lag >= 1 && std::is_same<typename wide::wide, wide>::value),
+                "pipeline_policy: the wide policy must have stage_lag >= 1 and no wide policy of its own");
 };
 
-using default_policy = pipeline_policy<>;
+/// 256 threads, 2 blocks a SM, the phase schedule; from the dispatch table's size on, 3 blocks a SM
+/// with the stages overlapped and 8192 values a flag.
+using default_policy = pipeline_policy<256, 2, 4096, 16, 0, pipeline_policy<256, 3, 8192, 16, 1>>;
 
 }  // namespace echo::collective

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -180,6 +181,8 @@ struct cuda_ipc {
     using Quant = typename Config::quant;
     using Comp = typename Config::comp;
     using Policy = typename Config::policy;
+    using Wide = typename Policy::wide;
+    static constexpr bool has_wide = !std::is_same<Wide, Policy>::value;
 
    public:
     static constexpr const char* transport_name = "cuda_ipc";
@@ -198,6 +201,8 @@ struct cuda_ipc {
       sms_ = prop.multiProcessorCount;
       gpu_name_ = prop.name;
       const int P = comm.size();
+      if (opt.wide_policy_from_bytes >= 0) wide_from_ = static_cast<size_t>(opt.wide_policy_from_bytes);
+      else if (const size_t w = dispatch(P).wide_from) wide_from_ = w;
       if (P == 1) return;
       layout_.ranks = P;
       const size_t max_seg = echo::detail::partition{max_elements, 32, P}.size(0);
@@ -234,68 +239,26 @@ struct cuda_ipc {
     int device_status() const { return status_.read(); }
     dispatch_entry dispatch(int ranks) const { return lookup_dispatch(gpu_name_.c_str(), ranks, transport_name, "p2p"); }
 
-    /// A call through quantizer Q (Quant, or quant::none) on every rank.
+    /// From this many bytes a call runs under Policy::wide (SIZE_MAX: never).
+    size_t wide_from_bytes() const { return wide_from_; }
+    /// Whether the last quantized-path call ran under Policy::wide (tests, diagnostics).
+    bool last_run_wide() const { return last_wide_; }
+
+    /// A call through quantizer Q (Quant, or quant::none) on every rank: under the wide policy
+    /// from wide_from_bytes() on where its flow control fits the rings, else under Policy.
     template <class Q, class T>
     status run(const collective::call<T>& c, cudaStream_t stream) {
-      using Cfg = collective::tile_config<Q, T, Comp, Policy>;
-      constexpr auto kernel = collective::pipeline_kernel<Cfg>;
-      const int P = comm_.size();
-      const size_t seg0 = echo::detail::partition{c.n, echo::detail::granule_of<Q>(), P}.size(0);
-      const size_t subs0 = echo::detail::ceil_div(seg0, Cfg::sub_elems);
-      const size_t resident = static_cast<size_t>(max_grid<kernel>()) * Cfg::warps;
-      // A flag covers U sub-tiles: one while warps would otherwise go idle (spread small messages
-      // wide), more for large ones (amortise the flag's system-scope fence), and enough that the
-      // tiles fit the flag region. Every input is the same on every rank (n, constants, the
-      // resident grid of one GPU model), and the signature carries the plan, so ranks that
-      // planned differently report a mismatch instead of mixing layouts.
-      const size_t u_max = std::max<size_t>(1, Policy::flag_elems / Cfg::sub_elems);
-      constexpr bool overlap = Policy::stage_lag > 0;
-      size_t U = overlap ? std::min(u_max, std::max<size_t>(1, subs0 / (4 * resident)))
-                         : std::min(u_max, std::max<size_t>(1, subs0 / spread_warps));
-      U = std::max(U, echo::detail::ceil_div(subs0, layout_.flag_tiles));
-      const size_t tiles0 = echo::detail::ceil_div(subs0, U);
-      const size_t tile_bytes = U * Cfg::sub_bytes;
-      const size_t slots = layout_.ring_bytes / tile_bytes;
-      if (slots == 0) return fail("the workspace ring holds no tile: raise workspace_bytes");
-      size_t warps = 0, ring = slots;
-      if (!overlap) {
-        warps = std::min(resident, std::min(tiles0, slots));  // a round: up to `slots` tiles
-      } else if (tiles0 <= slots) {
-        warps = std::min(resident, tiles0);  // no slot is reused within the call
-      } else {
-        // Reused slots: R a multiple of the grid's warps W and R >= (2 lag + 1) W (the flow-control rule).
-        constexpr size_t per_warp = 2 * static_cast<size_t>(Policy::stage_lag) + 1;
-        warps = std::min(resident, slots / per_warp / Cfg::warps * Cfg::warps);
-        if (warps == 0) return fail("the workspace ring holds too few tiles a warp: raise workspace_bytes");
-        ring = slots / warps * warps;
+      if constexpr (has_wide) {
+        if (c.n * sizeof(T) >= wide_from_) {
+          const plan w = make_plan<Wide, Q, T>(c.n);
+          last_wide_ = !w.why;
+          if (!w.why) return launch<Wide, Q, T>(c, w, stream);
+        }
       }
-      const int grid = static_cast<int>(echo::detail::ceil_div(warps, Cfg::warps));
-      collective::pipeline_params<T> p{};
-      p.in = c.in;
-      p.out = c.out;
-      p.state = c.state;
-      p.store_send_errors = c.mode == state_update::fused;
-      p.n = c.n;
-      p.granule = echo::detail::granule_of<Q>();
-      p.rank = comm_.rank();
-      p.ranks = P;
-      p.sig = echo::detail::signature().add(c.sig).add(U).add(ring).add(Policy::stage_lag).add(1).value();
-      p.subtiles = static_cast<int>(U);
-      p.ring = ring;
-      p.layout = layout_;
-      p.local = buffer_->data();
-      p.peer = d_peers_;
-      p.spin_limit_ns = static_cast<uint64_t>(opt_.spin_limit_seconds * 1e9);
-      p.status = status_.device();
-      // One launch (overlapped), or one a round of `ring` tiles: every rank makes the same rounds.
-      const size_t per_launch = overlap ? tiles0 : ring;
-      for (size_t t0 = 0; t0 < tiles0; t0 += per_launch) {
-        p.t_begin = t0;
-        p.t_end = std::min(tiles0, t0 + per_launch);
-        p.last = p.t_end == tiles0;
-        kernel<<<grid, Cfg::threads, 0, stream>>>(p);
-      }
-      return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
+      last_wide_ = false;
+      const plan p = make_plan<Policy, Q, T>(c.n);
+      if (p.why) return fail(p.why);
+      return launch<Policy, Q, T>(c, p, stream);
     }
 
     /// Below the dispatch size: the one-shot kernel where it applies, else quant::none.
@@ -354,13 +317,115 @@ struct cuda_ipc {
       return (subs * widest + 255) & ~size_t(255);
     }
 
+    template <class Pol, class T>
+    void preload_policy() const {
+      constexpr auto quantized = collective::pipeline_kernel<collective::tile_config<Quant, T, Comp, Pol>>;
+      constexpr auto unquantized = collective::pipeline_kernel<collective::tile_config<quant::none, T, Comp, Pol>>;
+      echo::detail::preload_kernels(quantized, unquantized);
+      (void)max_grid<Pol, quantized>(), (void)max_grid<Pol, unquantized>();  // their occupancy queries too
+    }
+
     template <class T>
     void preload() const {
-      constexpr auto quantized = collective::pipeline_kernel<collective::tile_config<Quant, T, Comp, Policy>>;
-      constexpr auto unquantized = collective::pipeline_kernel<collective::tile_config<quant::none, T, Comp, Policy>>;
-      echo::detail::preload_kernels(quantized, unquantized);
-      (void)max_grid<quantized>(), (void)max_grid<unquantized>();  // their occupancy queries too
+      preload_policy<Policy, T>();
+      if constexpr (has_wide) preload_policy<Wide, T>();
       if constexpr (!Comp::keeps_state) echo::detail::preload_kernels(collective::oneshot_kernel<T, oneshot_threads>);
+    }
+
+    /// How a call of n values is cut under policy Pol; why is set when it cannot be.
+    struct plan {
+      size_t U = 1, tiles0 = 0, warps = 0, ring = 0;
+      int grid = 0;
+      const char* why = nullptr;
+    };
+
+    template <class Pol, class Q, class T>
+    plan make_plan(size_t n) const {
+      using Cfg = collective::tile_config<Q, T, Comp, Pol>;
+      constexpr auto kernel = collective::pipeline_kernel<Cfg>;
+      plan r;
+      const int P = comm_.size();
+      const size_t seg0 = echo::detail::partition{n, echo::detail::granule_of<Q>(), P}.size(0);
+      const size_t subs0 = echo::detail::ceil_div(seg0, Cfg::sub_elems);
+      const size_t resident = static_cast<size_t>(max_grid<Pol, kernel>()) * Cfg::warps;
+      // A flag covers U sub-tiles: one while warps would otherwise go idle (spread small messages
+      // wide), more for large ones (amortise the flag's system-scope fence), and enough that the
+      // tiles fit the flag region. Every input is the same on every rank (n, constants, the
+      // resident grid of one GPU model), and the signature carries the plan, so ranks that
+      // planned differently report a mismatch instead of mixing layouts.
+      const size_t u_max = std::max<size_t>(1, Pol::flag_elems / Cfg::sub_elems);
+      constexpr bool overlap = Pol::stage_lag > 0;
+      size_t U = overlap ? std::min(u_max, std::max<size_t>(1, subs0 / (4 * resident)))
+                         : std::min(u_max, std::max<size_t>(1, subs0 / spread_warps));
+      U = std::max(U, echo::detail::ceil_div(subs0, layout_.flag_tiles));
+      const size_t tiles0 = echo::detail::ceil_div(subs0, U);
+      const size_t slots = layout_.ring_bytes / (U * Cfg::sub_bytes);
+      if (slots == 0) {
+        r.why = "the workspace ring holds no tile: raise workspace_bytes";
+        return r;
+      }
+      size_t warps = 0, ring = slots;
+      if (!overlap) {
+        warps = std::min(resident, std::min(tiles0, slots));  // a round: up to `slots` tiles
+      } else if (tiles0 <= slots) {
+        warps = std::min(resident, tiles0);  // no slot is reused within the call
+      } else {
+        // Reused slots: R a multiple of the grid's warps W and R >= (2 lag + 1) W (the flow-control rule).
+        constexpr size_t per_warp = 2 * static_cast<size_t>(Pol::stage_lag) + 1;
+        warps = std::min(resident, slots / per_warp / Cfg::warps * Cfg::warps);
+        if (warps == 0) {
+          r.why = "the workspace ring holds too few tiles a warp: raise workspace_bytes";
+          return r;
+        }
+        ring = slots / warps * warps;
+      }
+      r.U = U;
+      r.tiles0 = tiles0;
+      r.warps = warps;
+      r.ring = ring;
+      r.grid = static_cast<int>(echo::detail::ceil_div(warps, Cfg::warps));
+      return r;
+    }
+
+    template <class Pol, class Q, class T>
+    status launch(const collective::call<T>& c, const plan& pl, cudaStream_t stream) {
+      using Cfg = collective::tile_config<Q, T, Comp, Pol>;
+      constexpr auto kernel = collective::pipeline_kernel<Cfg>;
+      collective::pipeline_params<T> p{};
+      p.in = c.in;
+      p.out = c.out;
+      p.state = c.state;
+      p.store_send_errors = c.mode == state_update::fused;
+      p.n = c.n;
+      p.granule = echo::detail::granule_of<Q>();
+      p.rank = comm_.rank();
+      p.ranks = comm_.size();
+      // the policy's shape too: ranks that chose different policies report a mismatch
+      p.sig = echo::detail::signature()
+                  .add(c.sig)
+                  .add(pl.U)
+                  .add(pl.ring)
+                  .add(Pol::stage_lag)
+                  .add(static_cast<uint64_t>(Pol::threads))
+                  .add(static_cast<uint64_t>(Pol::blocks_per_sm))
+                  .add(1)
+                  .value();
+      p.subtiles = static_cast<int>(pl.U);
+      p.ring = pl.ring;
+      p.layout = layout_;
+      p.local = buffer_->data();
+      p.peer = d_peers_;
+      p.spin_limit_ns = static_cast<uint64_t>(opt_.spin_limit_seconds * 1e9);
+      p.status = status_.device();
+      // One launch (overlapped), or one a round of `ring` tiles: every rank makes the same rounds.
+      const size_t per_launch = Pol::stage_lag > 0 ? pl.tiles0 : pl.ring;
+      for (size_t t0 = 0; t0 < pl.tiles0; t0 += per_launch) {
+        p.t_begin = t0;
+        p.t_end = std::min(pl.tiles0, t0 + per_launch);
+        p.last = p.t_end == pl.tiles0;
+        kernel<<<pl.grid, Cfg::threads, 0, stream>>>(p);
+      }
+      return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
     }
 
     status fail(const char* why) {
@@ -398,15 +463,15 @@ struct cuda_ipc {
     /// grid could wait forever on peer flags (its spinning blocks holding the SMs the rest needs).
     /// Computed once per kernel; Echo assumes one GPU model in a node (and a rank whose GPU plans
     /// otherwise makes the call fail with status::mismatch, through the signature).
-    template <auto Kernel>
+    template <class Pol, auto Kernel>
     int max_grid() const {
       static const int per_sm = [] {
         int b = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, Kernel, Policy::threads, 0) != cudaSuccess) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, Kernel, Pol::threads, 0) != cudaSuccess) {
           (void)cudaGetLastError();
           b = 1;
         }
-        return std::max(1, std::min(b, Policy::blocks_per_sm));
+        return std::max(1, std::min(b, Pol::blocks_per_sm));
       }();
       return std::max(1, per_sm * sms_ / ranks_per_device());
     }
@@ -420,6 +485,8 @@ struct cuda_ipc {
     unsigned char** d_peers_ = nullptr;
     echo::detail::mapped_status status_;
     const char* error_ = "";
+    size_t wide_from_ = SIZE_MAX;
+    bool last_wide_ = false;
   };
 };
 
