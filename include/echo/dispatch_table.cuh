@@ -16,15 +16,19 @@ struct dispatch_entry {
   const char* transport;  ///< Transport::name
   const char* link;       ///< "p2p": every peer in this node with peer access; "net": otherwise
   size_t unquantized_below;
-  /// cuda_ipc: from this size on a call runs under the policy's wide variant (0: never).
+  /// cuda_ipc: from this size on a quantized call runs under the policy's wide variant (0: never).
   size_t wide_from = 0;
+  /// The same for an unquantized call through the pipeline (quant::none).
+  size_t wide_from_unquantized = 0;
 };
 
 /// Measured with benchmark/echo_bench (docs/benchmarks.md has the run behind each row).
 inline constexpr dispatch_entry dispatch_table[] = {
-    // 2 x H200 NV18: the 16-bit one-shot / pipeline beats the 4-bit path below 2 MiB; the wide
-    // policy (3 blocks a SM, stages overlapped) beats the narrow one from 128 MiB.
-    {"H200", 2, "cuda_ipc", "p2p", size_t(2) << 20, size_t(128) << 20},
+    // 2 x H200 NV18: the 16-bit one-shot / pipeline beats the 4-bit path below 2 MiB. The wide
+    // policy (3 blocks a SM, stages overlapped) beats the narrow one from 256 MiB and loses at 64
+    // MiB for 4- and 8-bit, with and without error feedback; for the 16-bit pipeline it wins at 16
+    // and 64 MiB (and 1 GiB), ties at 256 MiB (2026-11-30, docs/benchmarks.md).
+    {"H200", 2, "cuda_ipc", "p2p", size_t(2) << 20, size_t(128) << 20, size_t(16) << 20},
     // transport::nccl over NVLink: NCCL's own all-reduce is faster than the staged 4-bit pipeline
     // below 64 MiB; over sockets (the stand-in for a network) the 4-bit path wins from 1 MiB.
     {"H200", 2, "nccl", "p2p", size_t(64) << 20},
@@ -37,7 +41,7 @@ inline dispatch_entry lookup_dispatch(const char* gpu_name, int ranks, const cha
     if (e.ranks == ranks && std::strstr(gpu_name, e.gpu) && std::strcmp(e.transport, transport) == 0 &&
         std::strcmp(e.link, link) == 0)
       return e;
-  return {"default", ranks, transport, link, 0, 0};
+  return {"default", ranks, transport, link, 0, 0, 0};
 }
 
 }  // namespace echo

@@ -174,8 +174,10 @@ TEST_CASE("by default the dispatch table decides the unquantized threshold") {
   auto ars = make_all<echo::all_reduce<za4>>(1000);
   cudaDeviceProp prop{};
   ECHO_TEST_CUDA(cudaGetDeviceProperties(&prop, 0));
-  CHECK(ars[0]->unquantized_below_bytes() ==
-        echo::lookup_dispatch(prop.name, static_cast<int>(ars.size()), "cuda_ipc", "p2p").unquantized_below);
+  const auto d = echo::lookup_dispatch(prop.name, static_cast<int>(ars.size()), "cuda_ipc", "p2p");
+  CHECK(ars[0]->unquantized_below_bytes() == d.unquantized_below);
+  CHECK(ars[0]->engine().wide_from_bytes() == (d.wide_from ? d.wide_from : SIZE_MAX));
+  CHECK(ars[0]->engine().wide_from_unquantized_bytes() == (d.wide_from_unquantized ? d.wide_from_unquantized : SIZE_MAX));
 }
 
 TEST_CASE("the runtime-dtype call equals the typed call") {

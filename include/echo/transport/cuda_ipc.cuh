@@ -201,8 +201,13 @@ struct cuda_ipc {
       sms_ = prop.multiProcessorCount;
       gpu_name_ = prop.name;
       const int P = comm.size();
-      if (opt.wide_policy_from_bytes >= 0) wide_from_ = static_cast<size_t>(opt.wide_policy_from_bytes);
-      else if (const size_t w = dispatch(P).wide_from) wide_from_ = w;
+      if (opt.wide_policy_from_bytes >= 0) {
+        wide_from_ = wide_from_unquantized_ = static_cast<size_t>(opt.wide_policy_from_bytes);
+      } else {
+        const dispatch_entry d = dispatch(P);
+        if (d.wide_from) wide_from_ = d.wide_from;
+        if (d.wide_from_unquantized) wide_from_unquantized_ = d.wide_from_unquantized;
+      }
       if (P == 1) return;
       layout_.ranks = P;
       const size_t max_seg = echo::detail::partition{max_elements, 32, P}.size(0);
@@ -239,8 +244,10 @@ struct cuda_ipc {
     int device_status() const { return status_.read(); }
     dispatch_entry dispatch(int ranks) const { return lookup_dispatch(gpu_name_.c_str(), ranks, transport_name, "p2p"); }
 
-    /// From this many bytes a call runs under Policy::wide (SIZE_MAX: never).
+    /// From this many bytes a quantized call runs under Policy::wide (SIZE_MAX: never).
     size_t wide_from_bytes() const { return wide_from_; }
+    /// The same for an unquantized call through the pipeline (quant::none).
+    size_t wide_from_unquantized_bytes() const { return wide_from_unquantized_; }
     /// Whether the last quantized-path call ran under Policy::wide (tests, diagnostics).
     bool last_run_wide() const { return last_wide_; }
 
@@ -249,7 +256,7 @@ struct cuda_ipc {
     template <class Q, class T>
     status run(const collective::call<T>& c, cudaStream_t stream) {
       if constexpr (has_wide) {
-        if (c.n * sizeof(T) >= wide_from_) {
+        if (c.n * sizeof(T) >= (std::is_same<Q, quant::none>::value ? wide_from_unquantized_ : wide_from_)) {
           const plan w = make_plan<Wide, Q, T>(c.n);
           last_wide_ = !w.why;
           if (!w.why) return launch<Wide, Q, T>(c, w, stream);
@@ -485,7 +492,7 @@ struct cuda_ipc {
     unsigned char** d_peers_ = nullptr;
     echo::detail::mapped_status status_;
     const char* error_ = "";
-    size_t wide_from_ = SIZE_MAX;
+    size_t wide_from_ = SIZE_MAX, wide_from_unquantized_ = SIZE_MAX;
     bool last_wide_ = false;
   };
 };

@@ -94,12 +94,11 @@ struct nccl {
       }
       const echo::detail::partition part{c.n, echo::detail::granule_of<Q>(), P};
       const size_t subs0 = echo::detail::ceil_div(part.size(0), Cfg::sub_elems);
-      // Chunks as large as a slot holds, but at least two (so quantizing one overlaps the wire of
-      // the other), none smaller than 1 MiB of packets. Large chunks win on NVLink, where each
-      // ncclSend/ncclRecv group costs more than a few MiB take on the wire: at 256 MiB, two
-      // chunks of 17 MB ran 1.17x NCCL (2026-11-29), eight of 4.3 MB 1.03x (2026-11-30).
-      const size_t floor_subs = std::max<size_t>(1, (size_t(1) << 20) / Cfg::sub_bytes);
-      const size_t chunk_subs = std::min(capacity, std::max(floor_subs, (subs0 + 1) / 2));
+      // Chunks as large as a slot holds (a segment that fits one goes in one). Large chunks win
+      // on NVLink, where each ncclSend/ncclRecv group costs more than a few MiB take on the
+      // wire: at least eight chunks ran 1.03x NCCL at 256 MiB (2026-11-30) against 1.17x with
+      // slot-sized ones (2026-11-29), and at least two 0.75x at 16 MiB against 0.88x with one.
+      const size_t chunk_subs = std::min(capacity, std::max<size_t>(1, subs0));
       collective::chunk_params base{};
       base.n = c.n;
       base.granule = echo::detail::granule_of<Q>();
