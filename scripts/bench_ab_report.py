@@ -32,7 +32,8 @@ def main():
     side = {"before": [], "after": []}
     for s in side:
         for f in sorted(glob.glob(os.path.join(out, f"{s}-*.json"))):
-            side[s].append(load(f))
+            if re.fullmatch(rf"{s}-\d+\.json", os.path.basename(f)):  # the passes, not extra runs
+                side[s].append(load(f))
     speed = {s: defaultdict(list) for s in side}
     time = {s: defaultdict(list) for s in side}
     for s, passes in side.items():

@@ -19,12 +19,12 @@ in one run; `noop` (the all-reduce removed) gives the all-reduce's share: 1 - t_
 
 Background traffic (--bg-kind): a separate process that owns both GPUs runs a third party's
 traffic on the link, busy for duty x period and idle for the rest (period --bg-period-ms, at least
-8 steps). 'nccl' (the default): an NCCL all-reduce of --bg-chunk-mib MiB over both GPUs
-(torch.cuda.nccl, one communicator from that process; it moves that many bytes each way and uses
-some SMs, as a real neighbour would). 'copy': copy-engine peer copies both ways, no SMs; torch's
-cross-device copy_ ran at 14 GB/s a direction on our H200s even with peer access on (2026-11-30,
-twice), so the generator times it against cudaMemcpyPeerAsync on the same buffers and uses the
-faster (docs/end-to-end.md). The process first times a
+8 steps). 'copy' (the default): copy-engine peer copies of --bg-chunk-mib MiB both ways, no
+SMs. In that process torch's cross-device copy_ ran at 14-28 GB/s a direction on our H200s, and
+cudaMemcpyPeerAsync on the same buffers at 381 GB/s (the link's rate), so the generator times
+both and uses the faster (docs/end-to-end.md). 'nccl': an NCCL all-reduce of that many MiB over
+both GPUs (torch.cuda.nccl, one communicator from that process); it reached a quarter of the
+link and time-slices the SMs with the measured processes. The process first times a
 step with nothing else running and reports the GB/s; the duty it reports is measured (busy time /
 elapsed). A plain 64 MiB NCCL all-reduce of the ranks is timed at every level as a probe that the
 link is loaded.
@@ -442,8 +442,8 @@ def main():
     ap.add_argument("--loads", default="0,25,50,75", help="background duty cycles in percent")
     ap.add_argument("--reps", type=int, default=20, help="timed repetitions (prefill, train)")
     ap.add_argument("--decode-reps", type=int, default=200)
-    ap.add_argument("--bg-kind", choices=["nccl", "copy"], default="nccl",
-                    help="background traffic: an NCCL all-reduce (default) or copy-engine peer copies")
+    ap.add_argument("--bg-kind", choices=["nccl", "copy"], default="copy",
+                    help="background traffic: copy-engine peer copies (default; no SMs) or an NCCL all-reduce")
     ap.add_argument("--bg-chunk-mib", type=int, default=64, help="bytes a background step moves each way")
     ap.add_argument("--bg-period-ms", type=float, default=4.0)
     ap.add_argument("--settle-s", type=float, default=0.2)
