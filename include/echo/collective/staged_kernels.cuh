@@ -42,7 +42,8 @@ struct chunk_params {
   unsigned char* recv;      ///< P slots: packets from sender i
   unsigned char* reduced;   ///< 1 slot: the packet of this rank's sum
   unsigned char* gathered;  ///< P slots: owner j's reduced packet
-  unsigned char* state;     ///< the chain's state memory (header first; header.active set), or null
+  unsigned char* state;     ///< the chain's state memory (header first), or null
+  int end_chain;            ///< the call's last gather: 0 no, 1 a fused call, 2 a deferred one (it writes the tag)
   int* status;              ///< host-mapped: status::mismatch when a header disagrees
 };
 
@@ -65,10 +66,21 @@ __device__ __forceinline__ void chunk_subtiles(const chunk_params& c, int j, F&&
   }
 }
 
+/// The chain as the call's push and reduce launches see it. The tag they read is the one before
+/// the call: only the call's last launch (a gather, which reads no state) writes it.
 inline __device__ state_ref chunk_state(const chunk_params& c) {
   if (!c.state) return {};
   return {c.state + comp::state_header::bytes, c.n,
-          reinterpret_cast<const volatile comp::state_header*>(c.state)->active != 0};
+          comp::state_header::continues(reinterpret_cast<const volatile comp::state_header*>(c.state)->tag, c.n)};
+}
+
+/// The call's last launch: the chain's tag after it (fused: n; deferred: pending). Every launch
+/// that reads the old tag precedes it on the stream, and the next call's follow it.
+inline __device__ void end_chain(const chunk_params& c) {
+  if (!c.state || !c.end_chain || blockIdx.x != 0 || threadIdx.x != 0) return;
+  auto* h = reinterpret_cast<volatile comp::state_header*>(c.state);
+  const uint64_t tag = h->tag;
+  h->tag = c.end_chain == 1 ? c.n : comp::state_header::after_deferred(c.n, comp::state_header::continues(tag, c.n));
 }
 
 /// Whether segment j has a share in this chunk (only then do its packets travel).
@@ -139,6 +151,7 @@ template <class Cfg>
 __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     gather_kernel(const chunk_params c, typename Cfg::element* out) {
   using stages = tile_stages<Cfg>;
+  detail::end_chain(c);                                     // also when the headers disagree
   if (!detail::headers_agree(c, c.gathered, true)) return;  // slot j: owner j's segment
   for (int d = 1; d < c.ranks; ++d) {
     const int j = (c.rank + d) % c.ranks;

@@ -1,5 +1,4 @@
-// Kernels that touch only a rank's own chain state: the deferred update, and the begin / end
-// marks of a call made of several launches (transport::nccl).
+// The kernel that touches only a rank's own chain state: the deferred update.
 #pragma once
 
 #include "../comp/compensator.cuh"
@@ -53,21 +52,6 @@ __global__ void __launch_bounds__(Cfg::threads) update_kernel(const typename Cfg
       if (s_due) header->tag = n;
     }
   }
-}
-
-/// First launch of a multi-launch call: records whether the call continues its chain, for the
-/// call's other launches to read (header.active), as the one-launch kernels decide per block.
-template <int = 0>
-__global__ void chain_begin_kernel(unsigned char* state, size_t n) {
-  auto* h = reinterpret_cast<volatile comp::state_header*>(state);
-  h->active = comp::state_header::continues(h->tag, n) ? 1u : 0u;
-}
-
-/// Last launch of a multi-launch call: the chain's tag after it (fused: n; deferred: pending).
-template <int = 0>
-__global__ void chain_end_kernel(unsigned char* state, size_t n, bool fused) {
-  auto* h = reinterpret_cast<volatile comp::state_header*>(state);
-  h->tag = fused ? n : comp::state_header::after_deferred(n, h->active != 0);
 }
 
 #endif

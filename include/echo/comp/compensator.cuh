@@ -33,8 +33,7 @@ struct state_header {
   /// Bits 0-61: n of the last call that completed on the chain (0: fresh). Bit 63: that call was
   /// deferred and its update() has not run. Bit 62: that deferred call started a fresh chain.
   uint64_t tag;
-  uint32_t done;    ///< blocks of the current deferred update that finished (its last block writes tag)
-  uint32_t active;  ///< transport::nccl: whether the call in flight continues the chain (set by its first kernel)
+  uint32_t done;  ///< blocks of the current deferred update that finished (its last block writes tag)
 
   static constexpr size_t bytes = 256;  // keeps the storage 256-byte aligned
   static constexpr uint64_t pending = uint64_t(1) << 63;

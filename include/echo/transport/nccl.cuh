@@ -3,7 +3,6 @@
 
 #include "../collective/config.cuh"
 #include "../collective/staged_kernels.cuh"
-#include "../collective/state_kernels.cuh"
 #include "../communicator.cuh"
 #include "../detail/ceil_div.cuh"
 #include "../detail/cuda_check.cuh"
@@ -11,6 +10,7 @@
 #include "../detail/mapped_status.cuh"
 #include "../detail/partition.cuh"
 #include "../detail/signature.cuh"
+#include "../detail/stream_write.cuh"
 #include "../dispatch_table.cuh"
 
 #include <algorithm>
@@ -134,10 +134,6 @@ struct nccl {
       auto nok = [](ncclResult_t r) { return r == ncclSuccess; };
       ncclComm_t nc = comm_.nccl();
       bool good = ok(cudaEventRecord(ev[0], stream)) && ok(cudaStreamWaitEvent(side_, ev[0], 0));
-      if (good && c.state) {
-        collective::chain_begin_kernel<<<1, 1, 0, stream>>>(c.state, c.n);
-        good = ok(cudaGetLastError());
-      }
       auto push = [&](size_t k) {
         const auto s = set(k);
         collective::push_kernel<Cfg><<<grid, Cfg::threads, 0, stream>>>(s, c.in, c.mode == state_update::fused);
@@ -175,7 +171,9 @@ struct nccl {
       auto gather = [&](size_t k) {
         good = good && ok(cudaStreamWaitEvent(stream, ev[7 + k % 2], 0));
         if (!good) return;
-        collective::gather_kernel<Cfg><<<grid, Cfg::threads, 0, stream>>>(set(k), c.out);
+        auto s = set(k);
+        s.end_chain = k + 1 < chunks ? 0 : c.mode == state_update::fused ? 1 : 2;  // the last launch writes the tag
+        collective::gather_kernel<Cfg><<<grid, Cfg::threads, 0, stream>>>(s, c.out);
         good = ok(cudaGetLastError());
       };
       // Software pipeline over chunks (see the class comment for the order and why two sets do).
@@ -183,10 +181,6 @@ struct nccl {
         if (k < chunks) push(k);
         if (k >= 1 && k - 1 < chunks) reduce(k - 1);
         if (k >= 2) gather(k - 2);
-      }
-      if (good && c.state) {
-        collective::chain_end_kernel<<<1, 1, 0, stream>>>(c.state, c.n, c.mode == state_update::fused);
-        good = ok(cudaGetLastError());
       }
       good = good && ok(cudaEventRecord(ev[9], side_)) && ok(cudaStreamWaitEvent(stream, ev[9], 0));
       return finish(good);
@@ -200,7 +194,7 @@ struct nccl {
                                   : std::is_same<T, half_t>::value     ? ncclFloat16
                                                                        : ncclBfloat16;
       if (ncclAllReduce(c.in, c.out, c.n, type, ncclSum, comm_.nccl(), stream) != ncclSuccess) return finish(false);
-      if (c.state && cudaMemsetAsync(c.state, 0, sizeof(uint64_t), stream) != cudaSuccess) return status::cuda_error;
+      if (c.state && reset_tag_(reinterpret_cast<uint64_t*>(c.state), 0, stream) != cudaSuccess) return status::cuda_error;
       return status::success;
     }
 
@@ -234,6 +228,7 @@ struct nccl {
     cudaStream_t side_ = nullptr;
     cudaEvent_t events_[10] = {};
     echo::detail::mapped_status status_;
+    echo::detail::stream_write reset_tag_;  // the chain's tag after an exact call: fresh
     const char* error_ = "";
   };
 };
