@@ -13,7 +13,8 @@
 //
 // prints per kernel and configuration instructions, registers and bytes; scripts/codec_profile.py
 // turns ncu's CSV into thread instructions a value. Without ncu it prints each kernel's time (CUDA
-// events, median of 20): a cross-check, not a benchmark.
+// events, median of 20): a cross-check, not a benchmark; `echo-codec-profile N REPS policies` adds
+// the kernels under other pipeline policies (occupancy: threads x blocks a SM).
 #include <echo/echo.cuh>
 
 #include <algorithm>
@@ -34,7 +35,7 @@ namespace {
   } while (0)
 
 using bf16 = echo::bfloat16_t;
-using policy = echo::collective::default_policy;
+using default_policy = echo::collective::default_policy;
 
 __global__ void fill(bf16* x, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -45,7 +46,7 @@ __global__ void fill(bf16* x, size_t n, uint32_t seed) {
   }
 }
 
-template <class Q, class Comp>
+template <class Q, class Comp, class policy = default_policy>
 void profile(const char* label, size_t n, int reps) {
   using Cfg = echo::collective::tile_config<Q, bf16, Comp, policy>;
   namespace col = echo::collective;
@@ -138,6 +139,7 @@ int main(int argc, char** argv) {
   // Default: 64 Mi values (128 MiB bf16), 32 Mi per kernel: large enough to fill the GPU.
   const size_t n = argc > 1 ? std::strtoull(argv[1], nullptr, 0) : size_t(64) << 20;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 20;
+  const bool policies = argc > 3 && std::string(argv[3]) == "policies";
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) {
     std::printf("echo-codec-profile: no GPU, skipped\n");
@@ -149,5 +151,17 @@ int main(int argc, char** argv) {
   profile<quant::zero_aware<8, 128>, comp::none>("int8", n, reps);
   profile<quant::zero_aware<8, 128>, comp::error_feedback<>>("int8_ef", n, reps);
   profile<quant::none, comp::none>("none16", n, reps);
+  if (policies) {  // the staged kernels at other occupancies (they never spin, so any grid is safe)
+    using collective::pipeline_policy;
+    using ef = comp::error_feedback<>;
+    profile<quant::zero_aware<4, 128>, comp::none, pipeline_policy<256, 3>>("int4 t256x3", n, reps);
+    profile<quant::zero_aware<4, 128>, comp::none, pipeline_policy<256, 4>>("int4 t256x4", n, reps);
+    profile<quant::zero_aware<4, 128>, comp::none, pipeline_policy<512, 2>>("int4 t512x2", n, reps);
+    profile<quant::zero_aware<4, 128>, ef, pipeline_policy<256, 3>>("int4_ef t256x3", n, reps);
+    profile<quant::zero_aware<4, 128>, ef, pipeline_policy<256, 4>>("int4_ef t256x4", n, reps);
+    profile<quant::zero_aware<4, 128>, ef, pipeline_policy<512, 2>>("int4_ef t512x2", n, reps);
+    profile<quant::zero_aware<8, 128>, comp::none, pipeline_policy<256, 4>>("int8 t256x4", n, reps);
+    profile<quant::none, comp::none, pipeline_policy<256, 4>>("none16 t256x4", n, reps);
+  }
   return 0;
 }

@@ -3,6 +3,8 @@
 // how; `echo_bench --help` lists Google Benchmark's flags, harness/bench_main.cu the environment.
 //
 //   nccl               ncclAllReduce(bf16, sum) on every rank inside ncclGroupStart/End
+//   nccl_threads       the same from each rank's own thread, as transport::nccl's runners issue
+//                      their calls (the like-for-like baseline of its ncclAllReduce path)
 //   echo_none          echo::all_reduce<quant::none>: the unquantized two-shot through Echo's pipeline
 //   echo_int4          zero_aware<4,128>, comp::none
 //   echo_int4_ef       zero_aware<4,128>, error_feedback<> (default state: the error as bf16),
@@ -16,6 +18,8 @@
 //   echo_dispatch_nocheck  the same with options::check_pointers off: what the pointer check costs
 //                      a call in steady state (the header line "pointer check" gives the cost of
 //                      the driver query it makes for a pointer it has not seen)
+//   echo_dispatch_threads  echo_dispatch with each rank's calls from its own thread (compare with
+//                      nccl_threads); echo_dispatch_c0_threads: the same without compensation
 //   echo_nccl_int4     zero_aware<4,128>, comp::none, over echo::transport::nccl (ncclSend/ncclRecv)
 //   echo_nccl_int4_ef  zero_aware<4,128>, error_feedback<>, transport::nccl
 //   echo_nccl_int8     zero_aware<8,128>, comp::none, transport::nccl
@@ -56,14 +60,18 @@ using wide = default_policy::wide;
 constexpr bool dispatched = false;
 
 std::unique_ptr<runner> make_nccl(bench_context& ctx) { return std::make_unique<nccl_runner>(ctx, ncclBfloat16); }
+std::unique_ptr<runner> make_nccl_threads(bench_context& ctx) {
+  return std::make_unique<nccl_runner>(ctx, ncclBfloat16, true);
+}
 
 /// echo::all_reduce<Q, Transport, C, Policy> on bf16 (WorkspaceMiB 0: the library's default).
 template <class Q, class C, bool Forced = true, class Transport = ipc, class Policy = default_policy,
-          size_t WorkspaceMiB = 0, bool CheckPointers = true>
+          size_t WorkspaceMiB = 0, bool CheckPointers = true, bool Threads = false>
 std::unique_ptr<runner> make_echo(bench_context& ctx) {
   echo_runner_options o = runner_options(Forced);
   if (WorkspaceMiB) o.workspace_bytes = WorkspaceMiB << 20;
   o.check_pointers = CheckPointers;
+  o.threads = Threads;
   return std::make_unique<echo_runner<Q, C, echo::bfloat16_t, Transport, Policy>>(ctx, o);
 }
 
@@ -72,6 +80,7 @@ std::unique_ptr<runner> make_echo(bench_context& ctx) {
 const std::vector<variant_spec>& variants() {
   static const std::vector<variant_spec> table = {
       {"nccl", make_nccl},
+      {"nccl_threads", make_nccl_threads},
       {"echo_none", make_echo<q16, c0>},
       {"echo_int4", make_echo<za4, c0>},
       {"echo_int4_ef", make_echo<za4, ef>},
@@ -81,6 +90,8 @@ const std::vector<variant_spec>& variants() {
       {"echo_int8_ef", make_echo<za8, ef>},
       {"echo_dispatch", make_echo<za4, ef, dispatched>},
       {"echo_dispatch_nocheck", make_echo<za4, ef, dispatched, ipc, default_policy, 0, false>},
+      {"echo_dispatch_threads", make_echo<za4, ef, dispatched, ipc, default_policy, 0, true, true>},
+      {"echo_dispatch_c0_threads", make_echo<za4, c0, dispatched, ipc, default_policy, 0, true, true>},
       {"echo_nccl_int4", make_echo<za4, c0, true, nccl_transport>},
       {"echo_nccl_int4_ef", make_echo<za4, ef, true, nccl_transport>},
       {"echo_nccl_int8", make_echo<za8, c0, true, nccl_transport>},

@@ -24,11 +24,12 @@ class echo_runner final : public runner {
   struct no_chain {};
   using chain_t = std::conditional_t<stateful, typename AR::chain_type, no_chain>;
   // transport::nccl issues ncclSend/ncclRecv group calls inside every call: one thread a rank.
-  static constexpr bool threaded = std::is_same<Transport, echo::transport::nccl>::value;
+  static constexpr bool needs_threads = std::is_same<Transport, echo::transport::nccl>::value;
 
  public:
   echo_runner(bench_context& ctx, const echo_runner_options& o)
-      : ctx_(ctx), forced_(o.forced), ar_(static_cast<size_t>(ctx.size())), ch_(ar_.size()) {
+      : ctx_(ctx), forced_(o.forced), threaded_(needs_threads || o.threads), ar_(static_cast<size_t>(ctx.size())),
+        ch_(ar_.size()) {
     typename AR::options opt{};
     if (o.workspace_bytes) opt.workspace_bytes = o.workspace_bytes;
     if (o.forced) opt.unquantized_below_bytes = 0;
@@ -46,10 +47,10 @@ class echo_runner final : public runner {
   }
   ~echo_runner() override { release(); }
 
-  bool per_rank_threads() const override { return threaded; }
+  bool per_rank_threads() const override { return threaded_; }
 
   void call_rank(int r, size_t n, bool in_place) override {
-    if constexpr (!threaded) {
+    if (!threaded_) {
       runner::call_rank(r, n, in_place);
     } else {
       const echo::status st = launch(r, n, in_place);
@@ -58,7 +59,7 @@ class echo_runner final : public runner {
   }
 
   void call(size_t n, bool in_place) override {
-    if constexpr (threaded)
+    if constexpr (needs_threads)
       throw std::logic_error("echo_bench: a transport::nccl runner driven from one thread (would deadlock)");
     echo::status st = echo::status::success;
     int bad = -1;
@@ -119,6 +120,7 @@ class echo_runner final : public runner {
 
   bench_context& ctx_;
   bool forced_;
+  bool threaded_;
   std::vector<std::unique_ptr<AR>> ar_;
   std::vector<std::unique_ptr<chain_t>> ch_;
 };

@@ -10,6 +10,7 @@ struct echo_runner_options {
   size_t workspace_bytes = 0;  ///< 0: the library's default cap
   bool forced = true;          ///< the quantizer at every size (false: echo::dispatch_table decides)
   bool check_pointers = true;  ///< options::check_pointers (false: the _nocheck ablation)
+  bool threads = false;        ///< each rank's calls from its own thread (always so for transport::nccl)
 };
 
 }  // namespace echo_bench

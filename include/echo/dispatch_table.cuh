@@ -1,6 +1,6 @@
 // Size-based dispatch: below which size a call is not quantized, per GPU model, P, transport and
 // link. Below it a call takes the transport's best unquantized all-reduce: for cuda_ipc Echo's own
-// (the one-shot kernel without compensation up to 1 MiB, else quant::none through the pipeline),
+// (the one-shot kernel up to 1 MiB, else quant::none through the pipeline),
 // for nccl ncclAllReduce itself (exact, not quantized; docs/transports.md).
 #pragma once
 

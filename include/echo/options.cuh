@@ -14,7 +14,7 @@ struct all_reduce_options {
   /// cuda_ipc: bytes of the data rings a call streams through (a message larger than the rings
   /// takes several rounds, or wraps around them under flow control with stage_lag >= 1). The fixed
   /// parts (flags: 8 bytes per 2048 values of max_elements and peer, the one-shot region: 2 MiB
-  /// per rank without compensation) come on top. transport::nccl: cap on its chunk buffers.
+  /// per rank) come on top. transport::nccl: cap on its chunk buffers.
   /// 256 MiB: measured faster than 64 MiB from 256 MiB messages up (docs/benchmarks.md).
   size_t workspace_bytes = size_t(256) << 20;
   /// A peer missing longer than this makes the call fail with status::timeout. Must be > 0.

@@ -53,9 +53,11 @@ class Expect:
         self.quant, self.bits, self.group, self.comp, self.storage = cfg
         self.chain = reference.ChainState(world, capacity, self.storage) if self.comp == "error_feedback" else None
 
-    def __call__(self, xs, rank, quant=None):
+    def __call__(self, xs, rank, quant=None, chain=True):
+        """chain=False: a call that leaves the chain untouched (the one-shot kernel, NCCL's own)."""
         out = reference.all_reduce([to_numpy(x) for x in xs], quant=quant or self.quant, bits=self.bits,
-                                   group_size=self.group, chain=self.chain, dtype=dtype_name(xs[0].dtype))
+                                   group_size=self.group, chain=self.chain if chain else None,
+                                   dtype=dtype_name(xs[0].dtype))
         return from_numpy(out[rank], xs[0].dtype, xs[0])
 
 
@@ -84,16 +86,20 @@ def test_op_equals_the_reference_bit_for_bit():
 def _dispatch_nccl_deferred(rank, world):
     dev = torch.device("cuda", rank)
     cfg = ("zero_aware", 4, 128, "error_feedback", "int8")
-    # Default dispatch: below unquantized_below_bytes the 16-bit path (the reference's quant none).
+    # Default dispatch: below unquantized_below_bytes the 16-bit path (the reference's quant none):
+    # up to 1 MiB the one-shot kernel, which passes the chain through untouched; then the 16-bit
+    # pipeline, which keeps the rounding errors in the chain.
     comm = make(cfg, 4 << 20)
     below = torch.ops.echo.unquantized_below_bytes(comm._handle)
-    for n in (1000, 32_771, 3 << 20):
+    for n in (1000, 32_771, 600_001, 3 << 20):
         chain = comm.new_chain()
         expect = Expect(cfg, world, n)
         for call in range(2):
             xs = rank_inputs(call, n, torch.bfloat16, world)
             got = comm.all_reduce(xs[rank].to(dev), out=torch.empty(n, dtype=torch.bfloat16, device=dev), chain=chain)
-            assert same_bits(got, expect(xs, rank, quant="none" if 2 * n < below else None)), (n, below)
+            unquantized = 2 * n < below
+            want = expect(xs, rank, quant="none" if unquantized else None, chain=not (unquantized and 2 * n <= 1 << 20))
+            assert same_bits(got, want), (n, below)
     # Deferred: all_reduce writes this rank's own errors, update the rest; equal to fused.
     fused, deferred = comm.new_chain(), comm.new_chain()
     side = torch.cuda.Stream()

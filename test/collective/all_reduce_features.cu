@@ -113,20 +113,31 @@ TEST_CASE("two chains interleaved on two streams") {
   }
 }
 
-TEST_CASE("size dispatch: small calls take the unquantized one-shot path, large ones the quantized path") {
+namespace {
+
+/// Small calls (one-shot, in place and not, plain and deferred) interleaved with large ones (the
+/// pipeline), so the one-shot halves alternate and both paths share epochs; each against its own
+/// reference. With a compensator the chain passes through the small calls untouched: the large
+/// calls continue it as if the small ones had not happened.
+template <class C>
+void one_shot_between_pipeline_calls() {
   echo::all_reduce_options opt;
   opt.unquantized_below_bytes = 1 << 20;
-  reference_check<za4, echo::comp::none, bf16> rc(600000, opt);
+  reference_check<za4, C, bf16> rc(600000, opt);
   CHECK(rc.ar(0).unquantized_below_bytes() == (1u << 20));
-  // Small calls (one-shot, in place and not) interleaved with large ones (the pipeline), so the
-  // one-shot halves alternate and both paths share epochs; each against its own reference.
   const size_t small[] = {1, 4097, 100003, 524287};
   for (int k = 0; k < 8; ++k) {
     const size_t n = small[k % 4];
     const bool in_place = k % 2 == 1;
+    const auto mode = !in_place && k % 4 == 2 ? echo::state_update::deferred : echo::state_update::fused;
     const auto host_in = rc.upload_random(n);
-    for (int r = 0; r < rc.ranks(); ++r)
-      REQUIRE(rc.ar(r)(rc.in(r).ptr, in_place ? rc.in(r).ptr : rc.out(r).ptr, n, rc.stream(r)) == echo::status::success);
+    rc.pool().run([&](int r) {
+      bf16* out = in_place ? rc.in(r).ptr : rc.out(r).ptr;
+      REQUIRE(rc.ar(r)(rc.in(r).ptr, out, n, rc.stream(r), rc.chain(r), mode) == echo::status::success);
+      if constexpr (C::keeps_state)
+        if (mode == echo::state_update::deferred)  // finds nothing pending: changes nothing
+          REQUIRE(rc.ar(r).update(rc.in(r).ptr, n, rc.stream(r), *rc.chain(r)) == echo::status::success);
+    });
     for (int r = 0; r < rc.ranks(); ++r) {
       ECHO_TEST_CUDA(cudaSetDevice(rc.in(r).device));
       ECHO_TEST_CUDA(cudaStreamSynchronize(rc.stream(r)));
@@ -136,11 +147,21 @@ TEST_CASE("size dispatch: small calls take the unquantized one-shot path, large 
     std::vector<const bf16*> ri;
     std::vector<bf16*> ro;
     for (int r = 0; r < rc.ranks(); ++r) ri.push_back(host_in[r].data()), ro.push_back(want[r].data());
-    echo::reference::all_reduce<echo::quant::none>(rc.ranks())(ri, ro, n);
+    echo::reference::all_reduce<echo::quant::none>(rc.ranks())(ri, ro, n);  // no chain
     for (int r = 0; r < rc.ranks(); ++r)
       CHECK(first_mismatch((in_place ? rc.in(r) : rc.out(r)).download(n), want[r]) == -1);
-    if (k % 3 == 2) rc.step(600000);  // 1.2 MB: quantized, checked against reference<zero_aware>
+    if (k % 3 == 2) rc.step(600000);  // 1.2 MB: quantized, checked against reference<zero_aware> along the chain
   }
+}
+
+}  // namespace
+
+TEST_CASE("size dispatch: small calls take the unquantized one-shot path, large ones the quantized path") {
+  one_shot_between_pipeline_calls<echo::comp::none>();
+}
+
+TEST_CASE("size dispatch with error feedback: the one-shot path passes the chain through untouched") {
+  one_shot_between_pipeline_calls<ef16>();
 }
 
 TEST_CASE("the wide policy: forced at every size, and switched by size within one object's calls") {

@@ -17,6 +17,9 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 
 #ifdef ECHO_SOAK_LEGACY
 #define ECHO_SOAK_UNQUANTIZED(opt) (opt).passthrough_below_bytes
@@ -147,9 +150,16 @@ class soak_of : public soak_object {
     for (int k = 0; k < P_; ++k) ri.push_back(x[k].data()), ro.push_back(want[k].data());
     const bool unquantized = n * sizeof(T) < unquantized_below_;
     const bool exact = unquantized && std::string(Transport::name) == "nccl";  // NCCL's own all-reduce
+    // cuda_ipc's one-shot kernel: exact terms, rounded once, with or without a compensator
+    const bool oneshot = unquantized && !exact && n * sizeof(T) <= oneshot_bytes();
+    // Neither injects quantization error: a chain passes through them untouched.
     if (exact) {
       ref_exact_(ri, ro, n);
-      ref_chain_.reset();
+#ifdef ECHO_SOAK_LEGACY
+      ref_chain_.reset();  // the older headers reset the chain here
+#endif
+    } else if (oneshot) {
+      ref_none_(ri, ro, n);
     } else if constexpr (ECHO_SOAK_KEEPS(C)) {
       if (unquantized) ref_none_(ri, ro, n, &ref_chain_);
       else ref_q_(ri, ro, n, &ref_chain_);
@@ -194,6 +204,20 @@ class soak_of : public soak_object {
   std::vector<std::unique_ptr<chain_t>> chains_;
   std::vector<device_buffer<unsigned char>> in_, out_;
   size_t unquantized_below_ = 0;
+
+  /// The largest message cuda_ipc serves by its one-shot kernel (the older headers: only objects
+  /// without a compensator, 1 MiB).
+  static constexpr size_t oneshot_bytes() {
+    if constexpr (std::string_view(Transport::name) != "cuda_ipc") {
+      return 0;
+    } else {
+#ifdef ECHO_SOAK_LEGACY
+      return ECHO_SOAK_KEEPS(C) ? 0 : size_t(1) << 20;
+#else
+      return std::remove_reference_t<decltype(std::declval<AR&>().engine())>::oneshot_bytes;
+#endif
+    }
+  }
 };
 
 /// wide: options.wide_policy_from_bytes (-1: the dispatch table's); small values make the object's

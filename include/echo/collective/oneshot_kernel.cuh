@@ -1,10 +1,11 @@
-// The one-shot unquantized path for small messages without compensation: every rank pushes its
-// whole input to every peer, then every rank sums all P inputs itself. One flag round trip instead
-// of the pipeline's two, which is what decides latency below a few hundred KiB.
+// The one-shot unquantized path for small messages: every rank pushes its whole input to every
+// peer, then every rank sums all P inputs itself. One flag round trip instead of the pipeline's
+// two, which is what decides latency below a few hundred KiB.
 //
-// Bit-identical to the pipeline's quant::none path without compensation (and so to
-// echo::reference): there x' = x is exact in T, every term of the rank-order fp32 sum is the
-// same value whichever rank owns the segment, and the sum is rounded once to T.
+// Bit-identical to echo::reference<quant::none> without compensation (and so to the pipeline's
+// quant::none path without it): every term of the rank-order fp32 sum is the input itself, exact
+// in T, and the sum is rounded once to T. It reads and writes no chain state: an object with a
+// compensator passes its chain through such a call untouched (transport/cuda_ipc.cuh).
 #pragma once
 
 #include "../detail/ceil_div.cuh"

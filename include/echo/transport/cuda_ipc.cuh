@@ -175,7 +175,7 @@ struct cuda_ipc {
 
   /// The engine of an echo::all_reduce over cuda_ipc: owns the symmetric workspace (its fixed
   /// layout: collective/workspace_layout.cuh) and plans and launches the one persistent kernel a
-  /// call (or the one-shot kernel for small unquantized calls without compensation).
+  /// call (or the one-shot kernel for small unquantized calls).
   template <class Config>
   class engine {
     using Quant = typename Config::quant;
@@ -186,8 +186,10 @@ struct cuda_ipc {
 
    public:
     static constexpr const char* transport_name = "cuda_ipc";
-    /// The largest one-shot message (objects without compensation).
-    static constexpr size_t oneshot_bytes = Comp::keeps_state ? 0 : size_t(1) << 20;
+    /// The largest one-shot message. The one-shot sum is exact in fp32 and rounded once to T, as
+    /// NCCL's is at P = 2; with a compensator the chain passes through it untouched (it injects no
+    /// quantization error; its stored errors wait for the chain's next call of the same n).
+    static constexpr size_t oneshot_bytes = size_t(1) << 20;
     /// Values a flag covers at least when the message is large (bounds the flag region).
     static constexpr size_t min_flag_elems = 2048;
 
@@ -268,12 +270,11 @@ struct cuda_ipc {
       return launch<Policy, Q, T>(c, p, stream);
     }
 
-    /// Below the dispatch size: the one-shot kernel where it applies, else quant::none.
+    /// Below the dispatch size: the one-shot kernel up to oneshot_bytes, else quant::none through
+    /// the pipeline (which, with a compensator, continues the chain: it keeps the rounding errors).
     template <class T>
     status run_unquantized(const collective::call<T>& c, cudaStream_t stream) {
-      if constexpr (!Comp::keeps_state) {
-        if (c.n * sizeof(T) <= oneshot_bytes) return run_oneshot(c, stream);
-      }
+      if (c.n * sizeof(T) <= oneshot_bytes) return run_oneshot(c, stream);
       return run<quant::none>(c, stream);
     }
 
@@ -336,7 +337,7 @@ struct cuda_ipc {
     void preload() const {
       preload_policy<Policy, T>();
       if constexpr (has_wide) preload_policy<Wide, T>();
-      if constexpr (!Comp::keeps_state) echo::detail::preload_kernels(collective::oneshot_kernel<T, oneshot_threads>);
+      echo::detail::preload_kernels(collective::oneshot_kernel<T, oneshot_threads>);
     }
 
     /// How a call of n values is cut under policy Pol; why is set when it cannot be.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "../collective/config.cuh"
+#include "../collective/pipeline_policy.cuh"
 #include "../collective/staged_kernels.cuh"
 #include "../communicator.cuh"
 #include "../detail/ceil_div.cuh"
@@ -10,7 +11,6 @@
 #include "../detail/mapped_status.cuh"
 #include "../detail/partition.cuh"
 #include "../detail/signature.cuh"
-#include "../detail/stream_write.cuh"
 #include "../dispatch_table.cuh"
 
 #include <algorithm>
@@ -38,7 +38,14 @@ struct nccl {
   class engine {
     using Quant = typename Config::quant;
     using Comp = typename Config::comp;
-    using Policy = typename Config::policy;
+    /// The staged kernels never wait on a peer, so unlike cuda_ipc's they need not be co-resident:
+    /// they run at 1024 threads a SM at least (4 blocks of the default's 256), which the policy
+    /// itself cannot ask of a spinning kernel. Measured on H200 (docs/benchmarks.md): push and
+    /// reduce 14-27 % faster than at 2 blocks, 4-bit + error feedback 1.12x -> 1.22x NCCL at
+    /// 256 MiB. Results do not depend on it (a policy decides who computes what, not how).
+    using Given = typename Config::policy;
+    static constexpr int staged_blocks = std::max(Given::blocks_per_sm, 1024 / Given::threads);
+    using Policy = collective::pipeline_policy<Given::threads, staged_blocks, Given::flag_elems, Given::lane_values, 0>;
 
    public:
     static constexpr const char* transport_name = "nccl";
@@ -187,14 +194,16 @@ struct nccl {
     }
 
     /// Below the dispatch size: NCCL's own all-reduce (exact, not quantized; bit-identical on
-    /// every rank). The call leaves a fresh chain: it injected no quantization error.
+    /// every rank). It injects no quantization error, so the chain passes through it untouched:
+    /// its stored errors wait for the chain's next call of the same n. (Resetting the chain's tag
+    /// instead, as this engine did until 2026-11-30, cost a stream operation of 3-5 us a call,
+    /// where the whole call takes 9-35 us; docs/benchmarks.md.)
     template <class T>
     status run_unquantized(const collective::call<T>& c, cudaStream_t stream) {
       const ncclDataType_t type = std::is_same<T, float>::value       ? ncclFloat32
                                   : std::is_same<T, half_t>::value     ? ncclFloat16
                                                                        : ncclBfloat16;
       if (ncclAllReduce(c.in, c.out, c.n, type, ncclSum, comm_.nccl(), stream) != ncclSuccess) return finish(false);
-      if (c.state && reset_tag_(reinterpret_cast<uint64_t*>(c.state), 0, stream) != cudaSuccess) return status::cuda_error;
       return status::success;
     }
 
@@ -228,7 +237,6 @@ struct nccl {
     cudaStream_t side_ = nullptr;
     cudaEvent_t events_[10] = {};
     echo::detail::mapped_status status_;
-    echo::detail::stream_write reset_tag_;  // the chain's tag after an exact call: fresh
     const char* error_ = "";
   };
 };
