@@ -159,7 +159,7 @@ class soak_of : public soak_object {
       ref_chain_.reset();  // the older headers reset the chain here
 #endif
     } else if (oneshot) {
-      ref_none_(ri, ro, n);
+      ref_exact_(ri, ro, n);  // the exact sum rounded once, as the reference's none path without a chain
     } else if constexpr (ECHO_SOAK_KEEPS(C)) {
       if (unquantized) ref_none_(ri, ro, n, &ref_chain_);
       else ref_q_(ri, ro, n, &ref_chain_);
@@ -197,7 +197,7 @@ class soak_of : public soak_object {
   std::vector<std::unique_ptr<AR>> ars_;
   echo::reference::all_reduce<Q, C> ref_q_;
   echo::reference::all_reduce<echo::quant::none, C> ref_none_;
-  echo::reference::all_reduce<echo::quant::none> ref_exact_;
+  echo::reference::all_reduce<echo::quant::none> ref_exact_;  // no compensator: NCCL's and the one-shot's sum
   echo::reference::chain_state<C> ref_chain_;
   rank_pool pool_;
   cudaStream_t streams_[8][2] = {};
