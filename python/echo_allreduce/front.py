@@ -42,6 +42,9 @@ class _RefChain:
         return self
 
 
+_TAG_BYTES = 8  # comp::state_header::tag, the first field of a chain's state
+
+
 class _ChainInfo:
     __slots__ = ("n", "pending")
 
@@ -205,6 +208,27 @@ class EchoAllReduce:
             info.pending = None
         if self.backend == "cuda":
             torch.ops.echo.update(self._handle, x, chain)
+
+    def reset_chain(self, chain) -> None:
+        """Start ``chain`` afresh (a pass boundary), stream-ordered and capturable in a CUDA graph.
+
+        cuda: zeroes only the chain's tag, the first 8 bytes of its header (comp/compensator.cuh):
+        a call on a chain whose tag is 0 reads its stored errors as zero and writes every one it
+        keeps, so the rest of the memory need not be cleared. ``chain.zero_()`` gives the same
+        results but writes the whole state (state_bytes(capacity)): at a 16k-token capacity about
+        45 us a reset on H200, paid every decode step (docs/end-to-end.md, fifth session).
+        reference: ``chain.zero_()``. Clears a pending deferred update as a fresh chain would.
+        """
+        if not self.keeps_state or chain is None:
+            return
+        if self.backend == "cuda":
+            if chain.numel() < _TAG_BYTES:
+                raise ValueError("EchoAllReduce.reset_chain: not a chain of this object (new_chain())")
+            chain[:_TAG_BYTES].zero_()
+        else:
+            chain.zero_()
+        if not _compiling():
+            self._info(chain).pending = None
 
     def _begin(self, chain, x: torch.Tensor, deferred: bool) -> None:
         """Chain bookkeeping (eager only), so misuse raises here rather than pass unnoticed: no call

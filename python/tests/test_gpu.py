@@ -132,6 +132,45 @@ def test_default_dispatch_deferred_update_and_nccl_transport():
     run_ranks(_dispatch_nccl_deferred, backend="nccl")
 
 
+def _reset_chain(rank, world):
+    # reset_chain zeroes only the chain's tag; the next call must equal a fresh chain's, eagerly
+    # and inside a captured graph, although the stored errors stay in memory.
+    dev = torch.device("cuda", rank)
+    cfg = ("zero_aware", 4, 128, "error_feedback", "bf16")
+    n = 200_003
+    comm = make(cfg, n, unquantized_below_bytes=0)
+    chain = comm.new_chain()
+    for call in range(2):
+        comm.all_reduce(rank_inputs(call, n, torch.bfloat16, world)[rank].to(dev), chain=chain)
+    comm.reset_chain(chain)
+    assert chain[256:].any()  # the old errors are still there; only the tag was cleared
+    xs = rank_inputs(7, n, torch.bfloat16, world)
+    got = comm.all_reduce(xs[rank].to(dev), out=torch.empty(n, dtype=torch.bfloat16, device=dev), chain=chain)
+    assert same_bits(got, Expect(cfg, world, n)(xs, rank))
+    # captured: reset + call, replayed twice, each replay a fresh chain's result
+    x = xs[rank].to(dev)
+    out = torch.empty_like(x)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside the capture (it continues the chain)
+        comm.all_reduce(x, out=out, chain=chain)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        comm.reset_chain(chain)
+        comm.all_reduce(x, out=out, chain=chain)
+    for _ in range(2):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert same_bits(out, Expect(cfg, world, n)(xs, rank))
+    comm.check()
+    comm.close()
+
+
+def test_reset_chain_clears_the_tag_only_and_starts_afresh():
+    run_ranks(_reset_chain, backend="nccl")
+
+
 def _graph_and_compile(rank, world):
     dev = torch.device("cuda", rank)
     cfg = ("zero_aware", 4, 128, "error_feedback", "int8")

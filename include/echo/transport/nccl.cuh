@@ -41,7 +41,7 @@ struct nccl {
     /// The staged kernels never wait on a peer, so unlike cuda_ipc's they need not be co-resident:
     /// they run at 1024 threads a SM at least (4 blocks of the default's 256), which the policy
     /// itself cannot ask of a spinning kernel. Measured on H200 (docs/benchmarks.md): push and
-    /// reduce 14-27 % faster than at 2 blocks, 4-bit + error feedback 1.12x -> 1.22x NCCL at
+    /// reduce 14-24 % faster than at 2 blocks, 4-bit + error feedback 1.10x -> 1.22x NCCL at
     /// 256 MiB. Results do not depend on it (a policy decides who computes what, not how).
     using Given = typename Config::policy;
     static constexpr int staged_blocks = std::max(Given::blocks_per_sm, 1024 / Given::threads);
