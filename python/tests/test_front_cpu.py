@@ -84,6 +84,27 @@ def test_deferred_then_update_equals_fused():
     run_ranks(_deferred_equals_fused)
 
 
+def _reset_chain_starts_afresh(rank, world):
+    from echo_allreduce import EchoAllReduce
+
+    n = 2048
+    comm = EchoAllReduce(None, n, comp="error_feedback", storage=STORAGES[0], backend="reference")
+    used, fresh = comm.new_chain(), comm.new_chain()
+    for call in range(2):
+        comm.all_reduce(rank_inputs(call, n, torch.bfloat16)[rank].clone(), chain=used)
+    x = rank_inputs(2, n, torch.bfloat16)[rank]
+    comm.all_reduce(x, out=torch.empty_like(x), chain=used, mode="deferred")
+    comm.reset_chain(used)  # also ends the pending deferred call, as a fresh chain would
+    x = rank_inputs(3, n, torch.bfloat16)[rank]
+    a = comm.all_reduce(x, out=torch.empty_like(x), chain=used)
+    b = comm.all_reduce(x, out=torch.empty_like(x), chain=fresh)
+    assert same_bits(a, b)
+
+
+def test_reset_chain_starts_afresh():
+    run_ranks(_reset_chain_starts_afresh)
+
+
 def _misuse(rank, world):
     from echo_allreduce import EchoAllReduce
 
