@@ -21,6 +21,8 @@
 #   socket    NCCL forced onto its socket transport over loopback (the stand-in for a link between
 #             nodes), transport::nccl variants against NCCL
 #   perf      echo_perf (nccl-tests' layout, with error columns), 4-bit with and without error feedback
+#   codec     scripts/codec-profile.sh: ncu over transport::nccl's staged kernels on one GPU
+#             (instructions a value, registers, HBM traffic; codec-table.md to $OUT)
 #   pybuild   pip install ./python --no-build-isolation (the numpy binding and the torch ops)
 #   pyprebuilt instead of pybuild: the host reference built here into $ECHO_PYSITE (default .pysite),
 #             the torch ops library carried in .gpubin/_torch_ops.so.xz (built on another machine
@@ -253,7 +255,12 @@ stage_perf() {
     tee -a "$summary" <"$logs/perf-$comp.log"
   done
 }
-known=" prebuilt build test legacy sanitize pybuild pyprebuilt python train e2e smollm beside bench socket perf "
+stage_codec() {
+  timeout "$(left)" scripts/codec-profile.sh "$build" "$logs/codec" >"$logs/codec.log" 2>&1 || rc=1
+  cp "$logs/codec/codec-table.md" "$out/" 2>/dev/null
+  tail -20 "$logs/codec.log" | tee -a "$summary"
+}
+known=" prebuilt build test legacy sanitize pybuild pyprebuilt python train e2e smollm beside bench socket perf codec "
 for st in $stages; do
   [[ $known == *" $st "* ]] || { say "unknown stage '$st' (known:$known)"; rc=1; continue; }
   "stage_$st"
