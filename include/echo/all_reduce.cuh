@@ -167,7 +167,8 @@ class all_reduce {
       if (const char* why = check_state(state, n)) return fail(why);
       detail::device_guard g(comm_.device());
       // The device checks the chain's header: after a call whose unquantized path keeps no state
-      // (transport::nccl's) the update finds nothing pending and changes nothing.
+      // (cuda_ipc's one-shot, transport::nccl's ncclAllReduce) the update finds nothing pending and
+      // changes nothing.
       const auto* e = reinterpret_cast<const E*>(in);
       if (n * sizeof(T) < unquantized_below_) return launch_update<quant::none>(e, n, stream, state);
       return launch_update<Quant>(e, n, stream, state);

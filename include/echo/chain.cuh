@@ -4,8 +4,10 @@
 // backward pass): its state holds the errors this rank injected on the chain's last call. The
 // memory layout is comp/compensator.cuh's: a header, then the stored errors; all-zero memory is a
 // fresh chain. The device decides from the header whether a call continues the chain (same n as
-// the last call) or starts a fresh one, so a call captured in a CUDA graph behaves on every replay
-// as the same call made directly.
+// the last call that kept errors) or starts a fresh one, so a call captured in a CUDA graph behaves
+// on every replay as the same call made directly. Calls that keep no errors (the one-shot and
+// NCCL's exact path below the dispatch size) leave the chain untouched: its errors carry over them
+// to its next call of the same n, so reset a chain at a pass boundary.
 #pragma once
 
 #include "comp/compensator.cuh"

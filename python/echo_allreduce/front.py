@@ -233,7 +233,8 @@ class EchoAllReduce:
     def _begin(self, chain, x: torch.Tensor, deferred: bool) -> None:
         """Chain bookkeeping (eager only), so misuse raises here rather than pass unnoticed: no call
         while a deferred call awaits its update. (A shape change needs nothing: the chain's header
-        records n, and a call with another n starts a fresh chain, on the device as in the reference.)"""
+        records n, and a quantized call with another n starts a fresh chain, on the device as in the
+        reference; calls on an exact path (the one-shot kernel, NCCL's own) leave it untouched.)"""
         if not self.keeps_state:
             return
         info = self._info(chain)
