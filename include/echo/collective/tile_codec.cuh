@@ -73,11 +73,19 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
 
   /// Quantize this lane's values (the first `valid` are present); dq receives D(Q(x)). Every lane
   /// of the warp calls it (a group's statistics are reduced over its lanes with shuffles).
+  /// Per value: min, max, then the policy's encode (an fma and a clamp) and a shift-or into the
+  /// words; what the tail needs (absent values out of the statistics, their codes zeroed) is
+  /// done apart, so a full lane tests nothing per value.
   __device__ __forceinline__ static packed quantize(const float (&x)[V], int valid, float (&dq)[V]) {
     float lo = INFINITY, hi = -INFINITY;
+    if (valid == V) {
 #pragma unroll
-    for (int i = 0; i < V; ++i)
-      if (i < valid) lo = detail::fmin_nan(lo, x[i]), hi = detail::fmax_nan(hi, x[i]);
+      for (int i = 0; i < V; ++i) lo = detail::fmin_nan(lo, x[i]), hi = detail::fmax_nan(hi, x[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (i < valid) lo = detail::fmin_nan(lo, x[i]), hi = detail::fmax_nan(hi, x[i]);
+    }
 #pragma unroll
     for (int off = 1; off < LANES; off <<= 1) {
       lo = detail::fmin_nan(lo, __shfl_xor_sync(0xffffffffu, lo, off));
@@ -92,9 +100,16 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
     for (int k = 0; k < WORDS; ++k) r.words[k] = 0;
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-      const uint32_t q = i < valid ? Q::encode(x[i], p) : 0u;
+      const uint32_t q = Q::encode(x[i], p);  // a non-finite group codes to 0 (quant::detail::widen)
       pk::put_code(r.words, i, q);
       dq[i] = Q::decode(q, p);
+    }
+    if (valid < V) {  // padding codes are 0, as the reference writes them
+#pragma unroll
+      for (int k = 0; k < WORDS; ++k) {
+        const int kept = valid * bits - 32 * k;  // bits of word k that hold present values
+        r.words[k] &= kept >= 32 ? ~0u : kept <= 0 ? 0u : (1u << kept) - 1u;
+      }
     }
     return r;
   }

@@ -1,13 +1,18 @@
 // Bit-level fp16 / bf16 conversions shared by host and device.
 //
 // The host reference must round exactly as CUDA's __float2half_rn / __float2bfloat16_rn do, so
-// both are written here on raw bits. Directed rounding (up / down) is used for quantizer
+// the host side is written here on raw bits; the device compiles the fp16 conversions to its
+// conversion instructions (one operation each, the same IEEE result; a NaN becomes 0x7FFF). Directed rounding (up / down) is used for quantizer
 // parameters so that the fp16 grid always covers the group's range.
 #pragma once
 
 #include "../config.cuh"
 
 #include <cstring>
+
+#if ECHO_HAS_CUDA
+#include <cuda_fp16.h>
+#endif
 
 namespace echo::detail {
 
@@ -40,6 +45,14 @@ constexpr uint16_t bf16_nan = 0x7FFF;
 /// float -> IEEE binary16 bits with the given rounding; overflow follows IEEE for the mode
 /// (to infinity, or to the largest finite value when rounding toward zero's side).
 ECHO_HD uint16_t float_to_half_bits(float f, round_mode mode = round_mode::nearest_even) {
+#if ECHO_DEVICE_COMPILE
+  // The conversion instruction: the same IEEE result (and NaN -> 0x7FFF) in one operation.
+  switch (mode) {
+    case round_mode::up: return __half_as_ushort(__float2half_ru(f));
+    case round_mode::down: return __half_as_ushort(__float2half_rd(f));
+    default: return __half_as_ushort(__float2half_rn(f));
+  }
+#else
   const uint32_t u = float_bits(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t exp = (u >> 23) & 0xFFu;
@@ -77,9 +90,13 @@ ECHO_HD uint16_t float_to_half_bits(float f, round_mode mode = round_mode::neare
   // A carry out of the significand moves into the exponent field, which is the right result
   // (also from the largest subnormal to the smallest normal, and to infinity).
   return static_cast<uint16_t>(sign | (base + kept + (inc ? 1u : 0u)));
+#endif
 }
 
 ECHO_HD float half_bits_to_float(uint16_t h) {
+#if ECHO_DEVICE_COMPILE
+  return __half2float(__ushort_as_half(h));  // exact for every finite value (a NaN stays a NaN)
+#else
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu;
   uint32_t mant = h & 0x3FFu;
@@ -92,6 +109,7 @@ ECHO_HD float half_bits_to_float(uint16_t h) {
     --e;
   }
   return bits_float(sign | (static_cast<uint32_t>(e) << 23) | ((mant & 0x3FFu) << 13));
+#endif
 }
 
 ECHO_HD uint16_t float_to_bf16_bits(float f) {

@@ -95,24 +95,28 @@ constexpr float code_magic = 12582912.0f;
 constexpr uint32_t code_magic_bits = 0x4B400000u;
 
 /// The code held by t = code_magic + (an integer), clamped to [0, max_code] in the float domain
-/// first (so any t, however far out, lands on an end code).
+/// first (so any t, however far out, lands on an end code, and a NaN on code 0: fmin / fmax
+/// return the other operand). The clamped t's low bits are the code (code_magic_bits has 22 low
+/// zero bits; max_code is 2^b - 1), so a mask extracts it: on the device the mask folds into the
+/// packing's shift-and-or, where a subtraction would cost an operation a value.
 ECHO_HD uint32_t code_of(float t, uint32_t max_code) {
   t = fmin2(fmax2(t, code_magic), code_magic + static_cast<float>(max_code));
 #if ECHO_DEVICE_COMPILE
-  return __float_as_uint(t) - code_magic_bits;
+  return __float_as_uint(t) & max_code;
 #else
   uint32_t u;
   std::memcpy(&u, &t, sizeof u);
-  return u - code_magic_bits;
+  return u & max_code;
 #endif
 }
 
-/// code_magic + q as a float, exactly (q < 2^22): the inverse of code_of, one integer op.
+/// code_magic + q as a float, exactly (q < 2^22): the inverse of code_of, one integer op (an or,
+/// which the device folds into the mask that extracts q from a packed word).
 ECHO_HD float code_as_magic(uint32_t q) {
 #if ECHO_DEVICE_COMPILE
-  return __uint_as_float(code_magic_bits + q);
+  return __uint_as_float(code_magic_bits | q);
 #else
-  const uint32_t u = code_magic_bits + q;
+  const uint32_t u = code_magic_bits | q;
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;

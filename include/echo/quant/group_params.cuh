@@ -6,10 +6,6 @@
 #include "../detail/float16.cuh"
 #include "../detail/fp_ops.cuh"
 
-#if ECHO_HAS_CUDA
-#include <cuda_fp16.h>
-#endif
-
 namespace echo::quant {
 
 /// Min, max and finiteness of the values present in a group (a tail group has fewer than g).
@@ -49,22 +45,9 @@ struct group_params {
 
 namespace detail {
 
-/// fp16 bits of f rounded in the given direction (the device's conversion instruction, the
-/// host's bit-level twin: the same IEEE result).
-ECHO_HD uint16_t half_bits_up(float f) {
-#if ECHO_DEVICE_COMPILE
-  return __half_as_ushort(__float2half_ru(f));
-#else
-  return echo::detail::float_to_half_bits(f, echo::detail::round_mode::up);
-#endif
-}
-ECHO_HD uint16_t half_bits_down(float f) {
-#if ECHO_DEVICE_COMPILE
-  return __half_as_ushort(__float2half_rd(f));
-#else
-  return echo::detail::float_to_half_bits(f, echo::detail::round_mode::down);
-#endif
-}
+/// fp16 bits of f rounded in the given direction.
+ECHO_HD uint16_t half_bits_up(float f) { return echo::detail::float_to_half_bits(f, echo::detail::round_mode::up); }
+ECHO_HD uint16_t half_bits_down(float f) { return echo::detail::float_to_half_bits(f, echo::detail::round_mode::down); }
 
 /// fp16 scale for a step s >= 0: rounded up so the grid covers the range, clamped to the
 /// largest finite fp16 value (values beyond (2^b - 1) * 65504 then clamp to the end codes).
@@ -74,11 +57,14 @@ ECHO_HD uint16_t scale_bits(float s) {
   return h > echo::detail::half_max_finite ? echo::detail::half_max_finite : h;
 }
 
+/// A non-finite group (NaN scale) widens to inv 0 and bias code_magic: x * 0 + code_magic is
+/// code_magic for a finite x and NaN for Inf or NaN, which code_of's clamp turns into code_magic
+/// too, so every value of the group codes to 0 with no test per value.
 ECHO_HD group_params widen(wire_params w, float offset, float zero_code) {
   const float s = echo::detail::half_bits_to_float(w.p0);
   const bool finite = s == s;
   return {s, (finite && s > 0.0f) ? echo::detail::rcp_rn(s) : 0.0f, offset,
-          echo::detail::add_rn(echo::detail::code_magic, zero_code), finite};
+          finite ? echo::detail::add_rn(echo::detail::code_magic, zero_code) : echo::detail::code_magic, finite};
 }
 
 constexpr wire_params non_finite_params{echo::detail::half_nan, 0};

@@ -31,7 +31,6 @@ struct naive_zero_point : group_contract<Bits, Group> {
 
   ECHO_HD static uint32_t encode(float x, const group_params& p) {
     using namespace echo::detail;
-    if (!p.finite) return 0;
     return code_of(fma_rn(sub_rn(x, p.offset), p.inv, p.bias), base::max_code);
   }
 

@@ -27,7 +27,6 @@ struct symmetric : group_contract<Bits, Group> {
 
   ECHO_HD static uint32_t encode(float x, const group_params& p) {
     using namespace echo::detail;
-    if (!p.finite) return 0;
     return code_of(fma_rn(x, p.inv, p.bias), base::max_code);
   }
 

@@ -30,7 +30,6 @@ struct zero_aware : group_contract<Bits, Group> {
 
   ECHO_HD static uint32_t encode(float x, const group_params& p) {
     using namespace echo::detail;
-    if (!p.finite) return 0;
     return code_of(fma_rn(x, p.inv, p.bias), base::max_code);
   }
 
