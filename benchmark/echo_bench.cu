@@ -54,9 +54,11 @@ using nccl_transport = echo::transport::nccl;
 using default_policy = echo::collective::default_policy;
 template <int Threads, int Blocks, int FlagElems = 8192, int LaneValues = 16, int Lag = 1>
 using policy = echo::collective::pipeline_policy<Threads, Blocks, FlagElems, LaneValues, Lag>;
-/// The default policy's two halves, each alone: its narrow policy at every size, its wide one at every size.
+/// The default policy's halves, each alone: its narrow policy at every size, its wide ones (without
+/// and with error-feedback state) at every size.
 using narrow = echo::collective::pipeline_policy<>;
-using wide = default_policy::wide;
+using wide = default_policy::wide_for<false>;
+using wide_ef = default_policy::wide_for<true>;
 constexpr bool dispatched = false;
 
 std::unique_ptr<runner> make_nccl(bench_context& ctx) { return std::make_unique<nccl_runner>(ctx, ncclBfloat16); }
@@ -98,15 +100,19 @@ const std::vector<variant_spec>& variants() {
       {"echo_nccl_dispatch", make_echo<za4, ef, dispatched, nccl_transport>},
       {"echo_int4_t512x1", make_echo<za4, c0, true, ipc, policy<512, 1>>},
       {"echo_int4_v32", make_echo<za4, c0, true, ipc, policy<256, 2, 8192, 32>>},
+      {"echo_int4_ef_v32", make_echo<za4, ef, true, ipc, policy<256, 2, 8192, 32>>},
+      {"echo_int8_v32", make_echo<za8, c0, true, ipc, policy<256, 2, 8192, 32>>},
+      {"echo_int8_ef_v32", make_echo<za8, ef, true, ipc, policy<256, 2, 8192, 32>>},
+      {"echo_none_v32", make_echo<q16, c0, true, ipc, policy<256, 2, 8192, 32>>},
       {"echo_int4_lag2", make_echo<za4, c0, true, ipc, policy<256, 2, 8192, 16, 2>, 256>},
       {"echo_int4_narrow", make_echo<za4, c0, true, ipc, narrow>},
       {"echo_int4_wide", make_echo<za4, c0, true, ipc, wide>},
       {"echo_int4_ef_narrow", make_echo<za4, ef, true, ipc, narrow>},
-      {"echo_int4_ef_wide", make_echo<za4, ef, true, ipc, wide>},
+      {"echo_int4_ef_wide", make_echo<za4, ef, true, ipc, wide_ef>},
       {"echo_int8_narrow", make_echo<za8, c0, true, ipc, narrow>},
       {"echo_int8_wide", make_echo<za8, c0, true, ipc, wide>},
       {"echo_int8_ef_narrow", make_echo<za8, ef, true, ipc, narrow>},
-      {"echo_int8_ef_wide", make_echo<za8, ef, true, ipc, wide>},
+      {"echo_int8_ef_wide", make_echo<za8, ef, true, ipc, wide_ef>},
       {"echo_none_narrow", make_echo<q16, c0, true, ipc, narrow>},
       {"echo_none_wide", make_echo<q16, c0, true, ipc, wide>},
       {"echo_int4_t256x2l1", make_echo<za4, c0, true, ipc, policy<256, 2>>},

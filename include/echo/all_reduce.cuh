@@ -346,7 +346,7 @@ class all_reduce {
     s.add(Comp::name).add(static_cast<uint64_t>(Comp::state_bytes(1000)));  // the storage, through its size
     s.add(Transport::name).add(static_cast<uint64_t>(Policy::threads)).add(static_cast<uint64_t>(Policy::blocks_per_sm));
     s.add(static_cast<uint64_t>(Policy::flag_elems)).add(static_cast<uint64_t>(Policy::stage_lag));
-    using wide = typename Policy::wide;
+    using wide = typename Policy::template wide_for<Comp::keeps_state>;
     s.add(static_cast<uint64_t>(wide::threads)).add(static_cast<uint64_t>(wide::blocks_per_sm));
     s.add(static_cast<uint64_t>(wide::flag_elems)).add(static_cast<uint64_t>(wide::stage_lag));
     config_signature_ = s.wide();

@@ -23,7 +23,7 @@ struct all_reduce_options {
   /// -1: from echo::dispatch_table for this GPU, P and transport.
   long long unquantized_below_bytes = -1;
   /// cuda_ipc: from this many bytes on a call (quantized or not) runs under the policy's wide
-  /// variant (pipeline_policy::wide; nothing changes where the policy names none); -1: from
+  /// variant (pipeline_policy::wide_for; nothing changes where the policy names none); -1: from
   /// echo::dispatch_table for this GPU and P. Results are bit-identical either way.
   long long wide_policy_from_bytes = -1;
   /// Refuse pointers the device cannot address as its own memory (pageable host memory, another

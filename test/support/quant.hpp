@@ -37,7 +37,7 @@ struct coded {
   uint32_t code(size_t k, int i) const {
     std::vector<uint32_t> words(pk::code_words);
     std::memcpy(words.data(), wire.data() + pk::code_offset(k), pk::code_bytes);
-    return pk::get_code(words.data(), i);
+    return echo::detail::unbiased(pk::get_code(words.data(), i));
   }
   /// The bytes of group k: its codes and its parameters.
   bool same_group_bytes(size_t k, const coded& o, size_t ko) const {
@@ -66,7 +66,7 @@ coded<Q> encode_decode(const std::vector<float>& x) {
 /// The two ends of a group's grid, D(0) and D(max_code), as (low, high).
 template <class Q>
 std::pair<float, float> grid_span(const echo::quant::group_params& p) {
-  const float a = Q::decode(0, p), b = Q::decode(Q::max_code, p);
+  const float a = Q::decode(echo::detail::biased(0), p), b = Q::decode(echo::detail::biased(Q::max_code), p);
   return {std::min(a, b), std::max(a, b)};
 }
 

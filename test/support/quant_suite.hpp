@@ -103,9 +103,10 @@ TEST_CASE_TEMPLATE("packet round trip agrees with the policy's fit/encode/decode
         ECHO_EXPECT(fails, w.p0 == cw.p0 && w.p1 == cw.p1, "group " << k << " parameters differ from Q::fit");
         const echo::quant::group_params p = Q::unpack(w);
         for (size_t i = first; i < last; ++i) {
-          const uint32_t q = Q::encode(x[i], p);
-          ECHO_EXPECT(fails, q <= Q::max_code, "code " << q << " above max_code");
-          ECHO_EXPECT(fails, c.code(k, static_cast<int>(i - first)) == q, "packed code differs at " << i);
+          const uint32_t q = Q::encode(x[i], p);  // biased (quant/group_params.cuh)
+          ECHO_EXPECT(fails, q >= echo::detail::biased(0) && q <= echo::detail::biased(Q::max_code),
+                      "code " << echo::detail::unbiased(q) << " outside [0, max_code]");
+          ECHO_EXPECT(fails, c.code(k, static_cast<int>(i - first)) == echo::detail::unbiased(q), "packed code differs at " << i);
           ECHO_EXPECT(fails, echo_test::same_bits(c.decoded[i], Q::decode(q, p)), "decoded value differs at " << i);
         }
       }
@@ -136,7 +137,8 @@ TEST_CASE_TEMPLATE("encode rounds x * inv (+ the zero code) once: the nearest co
     for (float v : x) {
       const double t = naive ? static_cast<double>(v - p.offset) * p.inv : static_cast<double>(v) * p.inv + zero_code;
       const double q = std::min(std::max(std::nearbyint(t), 0.0), static_cast<double>(Q::max_code));
-      ECHO_EXPECT(fails, Q::encode(v, p) == static_cast<uint32_t>(q), "x = " << v << ": code " << Q::encode(v, p) << ", want " << q);
+      ECHO_EXPECT(fails, Q::encode(v, p) == echo::detail::biased(static_cast<uint32_t>(q)),
+                  "x = " << v << ": code " << echo::detail::unbiased(Q::encode(v, p)) << ", want " << q);
     }
   }
   CHECK(fails.failures == 0);

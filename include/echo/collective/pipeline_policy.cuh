@@ -8,6 +8,25 @@
 
 namespace echo::collective {
 
+/// Two wide policies, chosen by whether the call keeps error-feedback state (a stateful call
+/// holds more operands in registers, so it wants fewer values a lane and more warps; a stateless
+/// one gains from 32 values a lane at two blocks a SM; docs/benchmarks.md, sixth session).
+template <class Stateless, class Stateful>
+struct wide_by_state {
+  template <bool KeepsState>
+  using select = std::conditional_t<KeepsState, Stateful, Stateless>;
+};
+
+namespace detail {
+template <class Wide, class Self>
+struct wide_of {  // one wide policy for every call (void: the policy itself)
+  template <bool>
+  using select = std::conditional_t<std::is_void<Wide>::value, Self, Wide>;
+};
+template <class Stateless, class Stateful, class Self>
+struct wide_of<wide_by_state<Stateless, Stateful>, Self> : wide_by_state<Stateless, Stateful> {};
+}  // namespace detail
+
 template <int Threads = 256, int BlocksPerSm = 2, int FlagElems = 4096, int LaneValues = 16, int StageLag = 0,
           class Wide = void>
 struct pipeline_policy {
@@ -33,17 +52,29 @@ struct pipeline_policy {
   /// flow-control rule then asks R >= (2 L + 1) W). docs/benchmarks.md measures both.
   static constexpr int stage_lag = StageLag;
   /// The policy a cuda_ipc call runs under from the dispatch table's wide_from size on
-  /// (all_reduce_options::wide_policy_from_bytes overrides it): this policy itself when Wide is
-  /// void, else Wide, which must stream in one launch (stage_lag >= 1) and name no Wide of its own.
-  /// Large messages gain from more warps in flight even where the register cap makes them spill;
-  /// small ones lose (docs/benchmarks.md).
-  using wide = std::conditional_t<std::is_void<Wide>::value, pipeline_policy, Wide>;
-  static_assert(std::is_same<wide, pipeline_policy>::value || (wide::stage_lag >= 1 && std::is_same<typename wide::wide, wide>::value),
-                "pipeline_policy: the wide policy must have stage_lag >= 1 and no wide policy of its own");
+  /// (all_reduce_options::wide_policy_from_bytes overrides it), for a call that keeps
+  /// error-feedback state or not: this policy itself when Wide is void, else Wide, or one of the
+  /// two a wide_by_state names. A wide policy must stream in one launch (stage_lag >= 1) and name
+  /// no wide policy of its own. Large messages gain from more warps or values in flight even
+  /// where the register cap makes them spill; small ones lose (docs/benchmarks.md).
+  template <bool KeepsState>
+  using wide_for = typename detail::wide_of<Wide, pipeline_policy>::template select<KeepsState>;
+
+ private:
+  template <class W>
+  static constexpr bool valid_wide() {
+    return std::is_same<W, pipeline_policy>::value ||
+           (W::stage_lag >= 1 && std::is_same<typename W::template wide_for<false>, W>::value &&
+            std::is_same<typename W::template wide_for<true>, W>::value);
+  }
+  static_assert(valid_wide<wide_for<false>>() && valid_wide<wide_for<true>>(),
+                "pipeline_policy: a wide policy must have stage_lag >= 1 and no wide policy of its own");
 };
 
-/// 256 threads, 2 blocks a SM, the phase schedule; from the dispatch table's size on, 3 blocks a SM
-/// with the stages overlapped and 8192 values a flag.
-using default_policy = pipeline_policy<256, 2, 4096, 16, 0, pipeline_policy<256, 3, 8192, 16, 1>>;
+/// 256 threads, 2 blocks a SM, the phase schedule; from the dispatch table's size on, the stages
+/// overlapped and 8192 values a flag: with error-feedback state 3 blocks a SM, without it 2
+/// blocks a SM and 32 values a lane (where the codec allows: at most 4 bits, tile_codec).
+using default_policy = pipeline_policy<256, 2, 4096, 16, 0,
+                                       wide_by_state<pipeline_policy<256, 2, 8192, 32, 1>, pipeline_policy<256, 3, 8192, 16, 1>>>;
 
 }  // namespace echo::collective

@@ -109,7 +109,7 @@ struct state_storage<int_state<Bits>> {
   __device__ __forceinline__ static void widen(const raw<V>& r, float (&c)[V]) {
     const quant::group_params p = grid::unpack({r.step, 0});
 #pragma unroll
-    for (int i = 0; i < V; ++i) c[i] = grid::decode((r.w[i * Bits / 32] >> (i * Bits % 32)) & grid::max_code, p);
+    for (int i = 0; i < V; ++i) c[i] = grid::decode(echo::detail::biased((r.w[i * Bits / 32] >> (i * Bits % 32)) & grid::max_code), p);
   }
 
   template <int V>
@@ -129,7 +129,7 @@ struct state_storage<int_state<Bits>> {
     uint32_t words[V * Bits / 32] = {};
 #pragma unroll
     for (int i = 0; i < V; ++i)
-      if (i < valid) words[i * Bits / 32] |= grid::encode(e[i], p) << (i * Bits % 32);
+      if (i < valid) words[i * Bits / 32] |= (grid::encode(e[i], p) & grid::max_code) << (i * Bits % 32);
     if (valid <= 0) return;
     unsigned char* codes = data + first * Bits / 8;
     if (valid == V) {

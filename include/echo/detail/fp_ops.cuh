@@ -94,34 +94,39 @@ ECHO_HD float fmax2(float a, float b) {
 constexpr float code_magic = 12582912.0f;
 constexpr uint32_t code_magic_bits = 0x4B400000u;
 
-/// The code held by t = code_magic + (an integer), clamped to [0, max_code] in the float domain
-/// first (so any t, however far out, lands on an end code, and a NaN on code 0: fmin / fmax
-/// return the other operand). The clamped t's low bits are the code (code_magic_bits has 22 low
-/// zero bits; max_code is 2^b - 1), so a mask extracts it: on the device the mask folds into the
-/// packing's shift-and-or, where a subtraction would cost an operation a value.
-ECHO_HD uint32_t code_of(float t, uint32_t max_code) {
+/// Codes travel biased: code_magic_bits + q, the bits of the float code_magic + q (q < 2^22).
+/// A quantizer's encode ends in a clamp whose result is that float, and its decode starts by
+/// subtracting a bias from it, so neither needs an operation to convert; the packet masks a code
+/// into its bits and ors the bias back when it reads one (one operation with the shift).
+///
+/// The biased code of t = code_magic + (an integer), clamped to [0, max_code] in the float
+/// domain (so any t, however far out, lands on an end code, and a NaN on code 0: fmin / fmax
+/// return the other operand).
+ECHO_HD uint32_t biased_code(float t, uint32_t max_code) {
   t = fmin2(fmax2(t, code_magic), code_magic + static_cast<float>(max_code));
 #if ECHO_DEVICE_COMPILE
-  return __float_as_uint(t) & max_code;
+  return __float_as_uint(t);
 #else
   uint32_t u;
   std::memcpy(&u, &t, sizeof u);
-  return u & max_code;
+  return u;
 #endif
 }
 
-/// code_magic + q as a float, exactly (q < 2^22): the inverse of code_of, one integer op (an or,
-/// which the device folds into the mask that extracts q from a packed word).
-ECHO_HD float code_as_magic(uint32_t q) {
+/// code_magic + q as a float, exactly: the value a biased code stands for.
+ECHO_HD float biased_float(uint32_t c) {
 #if ECHO_DEVICE_COMPILE
-  return __uint_as_float(code_magic_bits | q);
+  return __uint_as_float(c);
 #else
-  const uint32_t u = code_magic_bits | q;
   float f;
-  std::memcpy(&f, &u, sizeof f);
+  std::memcpy(&f, &c, sizeof f);
   return f;
 #endif
 }
+
+/// q <-> its biased code (code_magic_bits has 22 low zero bits).
+ECHO_HD constexpr uint32_t biased(uint32_t q) { return code_magic_bits | q; }
+ECHO_HD constexpr uint32_t unbiased(uint32_t c) { return c & 0x3FFFFFu; }
 
 ECHO_HD float clamp_code(float v, float max_code) { return fmin2(fmax2(v, 0.0f), max_code); }
 

@@ -58,7 +58,7 @@ ECHO_HD uint16_t scale_bits(float s) {
 }
 
 /// A non-finite group (NaN scale) widens to inv 0 and bias code_magic: x * 0 + code_magic is
-/// code_magic for a finite x and NaN for Inf or NaN, which code_of's clamp turns into code_magic
+/// code_magic for a finite x and NaN for Inf or NaN, which biased_code's clamp turns into code_magic
 /// too, so every value of the group codes to 0 with no test per value.
 ECHO_HD group_params widen(wire_params w, float offset, float zero_code) {
   const float s = echo::detail::half_bits_to_float(w.p0);
@@ -74,7 +74,13 @@ constexpr bool supported_group(int g) { return g == 32 || g == 64 || g == 128 ||
 
 }  // namespace detail
 
-/// Compile-time contract shared by every group quantizer policy.
+/// Compile-time contract shared by every group quantizer policy. A policy adds, all ECHO_HD:
+///   fit(group_stats) -> wire_params        the group's parameters as they travel
+///   unpack(wire_params) -> group_params    widened once for encode and decode
+///   encode(float, group_params) -> code    biased: code_magic_bits + q, q in [0, max_code]
+///   decode(code, group_params) -> float    from a biased code
+/// (detail::biased_code, detail::biased_float: the clamp's result is the biased code, and decode
+/// starts from it, so neither spends an operation a value on the bias.)
 template <int Bits, int Group>
 struct group_contract {
   static_assert(detail::supported_bits(Bits), "echo::quant: Bits must be one of 2, 3, 4, 6, 8");

@@ -31,12 +31,12 @@ struct naive_zero_point : group_contract<Bits, Group> {
 
   ECHO_HD static uint32_t encode(float x, const group_params& p) {
     using namespace echo::detail;
-    return code_of(fma_rn(sub_rn(x, p.offset), p.inv, p.bias), base::max_code);
+    return biased_code(fma_rn(sub_rn(x, p.offset), p.inv, p.bias), base::max_code);
   }
 
-  ECHO_HD static float decode(uint32_t q, const group_params& p) {
+  ECHO_HD static float decode(uint32_t c, const group_params& p) {
     using namespace echo::detail;
-    return add_rn(p.offset, mul_rn(sub_rn(code_as_magic(q), p.bias), p.scale));
+    return add_rn(p.offset, mul_rn(sub_rn(biased_float(c), p.bias), p.scale));
   }
 };
 

@@ -33,16 +33,30 @@ struct packet {
   ECHO_HD static constexpr size_t code_offset(size_t k) { return k * code_bytes; }
   ECHO_HD static constexpr size_t param_offset(size_t groups, size_t k) { return codes_region(groups) + 4 * k; }
 
-  /// Code i (0 <= i < g) of a group's words.
+  /// Code i (0 <= i < g) of a group's words, biased (detail::biased): on the device one
+  /// operation after the shift (a byte permute for 8 bits, an and-or for the others).
   ECHO_HD static uint32_t get_code(const uint32_t* words, int i) {
     const int bit = i * bits, w = bit >> 5, off = bit & 31;
+#if ECHO_DEVICE_COMPILE
+    if constexpr (bits == 8) {
+      return __byte_perm(words[w], echo::detail::code_magic_bits, 0x7650u | static_cast<unsigned>(off >> 3));
+    } else if (off + bits <= 32) {
+      uint32_t c;
+      asm("lop3.b32 %0, %1, %2, %3, 0xEA;"  // (a & b) | c, both constants in one operation
+          : "=r"(c)
+          : "r"(words[w] >> off), "n"(Q::max_code), "n"(echo::detail::code_magic_bits));
+      return c;
+    }
+#endif
     uint32_t v = words[w] >> off;
     if (off + bits > 32) v |= words[w + 1] << (32 - off);
-    return v & Q::max_code;
+    return echo::detail::biased(v & Q::max_code);
   }
-  /// Or code q into a group's words (the words must start zeroed).
-  ECHO_HD static void put_code(uint32_t* words, int i, uint32_t q) {
+  /// Or code c (biased or not: only its low b bits count) into a group's words (the words must
+  /// start zeroed).
+  ECHO_HD static void put_code(uint32_t* words, int i, uint32_t c) {
     const int bit = i * bits, w = bit >> 5, off = bit & 31;
+    const uint32_t q = c & Q::max_code;
     words[w] |= q << off;
     if (off + bits > 32) words[w + 1] |= q >> (32 - off);
   }

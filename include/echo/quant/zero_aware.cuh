@@ -30,12 +30,12 @@ struct zero_aware : group_contract<Bits, Group> {
 
   ECHO_HD static uint32_t encode(float x, const group_params& p) {
     using namespace echo::detail;
-    return code_of(fma_rn(x, p.inv, p.bias), base::max_code);
+    return biased_code(fma_rn(x, p.inv, p.bias), base::max_code);
   }
 
-  ECHO_HD static float decode(uint32_t q, const group_params& p) {
+  ECHO_HD static float decode(uint32_t c, const group_params& p) {
     using namespace echo::detail;
-    return mul_rn(sub_rn(code_as_magic(q), p.bias), p.scale);
+    return mul_rn(sub_rn(biased_float(c), p.bias), p.scale);
   }
 };
 

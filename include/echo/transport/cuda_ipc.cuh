@@ -181,7 +181,7 @@ struct cuda_ipc {
     using Quant = typename Config::quant;
     using Comp = typename Config::comp;
     using Policy = typename Config::policy;
-    using Wide = typename Policy::wide;
+    using Wide = typename Policy::template wide_for<Comp::keeps_state>;
     static constexpr bool has_wide = !std::is_same<Wide, Policy>::value;
 
    public:
@@ -246,11 +246,11 @@ struct cuda_ipc {
     int device_status() const { return status_.read(); }
     dispatch_entry dispatch(int ranks) const { return lookup_dispatch(gpu_name_.c_str(), ranks, transport_name, "p2p"); }
 
-    /// From this many bytes a quantized call runs under Policy::wide (SIZE_MAX: never).
+    /// From this many bytes a quantized call runs under the policy's wide variant (SIZE_MAX: never).
     size_t wide_from_bytes() const { return wide_from_; }
     /// The same for an unquantized call through the pipeline (quant::none).
     size_t wide_from_unquantized_bytes() const { return wide_from_unquantized_; }
-    /// Whether the last quantized-path call ran under Policy::wide (tests, diagnostics).
+    /// Whether the last quantized-path call ran under the wide variant (tests, diagnostics).
     bool last_run_wide() const { return last_wide_; }
 
     /// A call through quantizer Q (Quant, or quant::none) on every rank: under the wide policy
