@@ -54,11 +54,12 @@ using nccl_transport = echo::transport::nccl;
 using default_policy = echo::collective::default_policy;
 template <int Threads, int Blocks, int FlagElems = 8192, int LaneValues = 16, int Lag = 1>
 using policy = echo::collective::pipeline_policy<Threads, Blocks, FlagElems, LaneValues, Lag>;
-/// The default policy's halves, each alone: its narrow policy at every size, its wide ones (without
-/// and with error-feedback state) at every size.
+/// The default policy's parts, each alone at every size: its narrow policy, and the wide policy
+/// each configuration gets (collective::wide_policy_t: lean for 4-bit and 16-bit without state,
+/// heavy for error feedback and 8-bit).
 using narrow = echo::collective::pipeline_policy<>;
-using wide = default_policy::wide_for<false>;
-using wide_ef = default_policy::wide_for<true>;
+template <class Q, class C>
+using wide = echo::collective::wide_policy_t<default_policy, Q, C>;
 constexpr bool dispatched = false;
 
 std::unique_ptr<runner> make_nccl(bench_context& ctx) { return std::make_unique<nccl_runner>(ctx, ncclBfloat16); }
@@ -106,15 +107,15 @@ const std::vector<variant_spec>& variants() {
       {"echo_none_v32", make_echo<q16, c0, true, ipc, policy<256, 2, 8192, 32>>},
       {"echo_int4_lag2", make_echo<za4, c0, true, ipc, policy<256, 2, 8192, 16, 2>, 256>},
       {"echo_int4_narrow", make_echo<za4, c0, true, ipc, narrow>},
-      {"echo_int4_wide", make_echo<za4, c0, true, ipc, wide>},
+      {"echo_int4_wide", make_echo<za4, c0, true, ipc, wide<za4, c0>>},
       {"echo_int4_ef_narrow", make_echo<za4, ef, true, ipc, narrow>},
-      {"echo_int4_ef_wide", make_echo<za4, ef, true, ipc, wide_ef>},
+      {"echo_int4_ef_wide", make_echo<za4, ef, true, ipc, wide<za4, ef>>},
       {"echo_int8_narrow", make_echo<za8, c0, true, ipc, narrow>},
-      {"echo_int8_wide", make_echo<za8, c0, true, ipc, wide>},
+      {"echo_int8_wide", make_echo<za8, c0, true, ipc, wide<za8, c0>>},
       {"echo_int8_ef_narrow", make_echo<za8, ef, true, ipc, narrow>},
-      {"echo_int8_ef_wide", make_echo<za8, ef, true, ipc, wide_ef>},
+      {"echo_int8_ef_wide", make_echo<za8, ef, true, ipc, wide<za8, ef>>},
       {"echo_none_narrow", make_echo<q16, c0, true, ipc, narrow>},
-      {"echo_none_wide", make_echo<q16, c0, true, ipc, wide>},
+      {"echo_none_wide", make_echo<q16, c0, true, ipc, wide<q16, c0>>},
       {"echo_int4_t256x2l1", make_echo<za4, c0, true, ipc, policy<256, 2>>},
       {"echo_int4_t256x3l0", make_echo<za4, c0, true, ipc, policy<256, 3, 4096, 16, 0>>},
       {"echo_int4_ef_t256x3l0", make_echo<za4, ef, true, ipc, policy<256, 3, 4096, 16, 0>>},

@@ -33,6 +33,7 @@
 #include "quant/none.cuh"
 #include "transport/cuda_ipc.cuh"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -332,6 +333,12 @@ class all_reduce {
     return s;
   }
 
+  /// What of a pipeline policy decides the kernels' work split (so it must agree on every rank).
+  template <class W>
+  static std::array<int, 5> policy_shape() {
+    return {W::threads, W::blocks_per_sm, W::flag_elems, W::stage_lag, W::lane_values};
+  }
+
   /// Every rank must have built the same object: compare what each rank built (collective).
   void check_configuration() {
     struct record {
@@ -344,11 +351,10 @@ class all_reduce {
     detail::signature s;
     s.add(Quant::name).add(static_cast<uint64_t>(Quant::bits)).add(static_cast<uint64_t>(Quant::group));
     s.add(Comp::name).add(static_cast<uint64_t>(Comp::state_bytes(1000)));  // the storage, through its size
-    s.add(Transport::name).add(static_cast<uint64_t>(Policy::threads)).add(static_cast<uint64_t>(Policy::blocks_per_sm));
-    s.add(static_cast<uint64_t>(Policy::flag_elems)).add(static_cast<uint64_t>(Policy::stage_lag));
-    using wide = typename Policy::template wide_for<Comp::keeps_state>;
-    s.add(static_cast<uint64_t>(wide::threads)).add(static_cast<uint64_t>(wide::blocks_per_sm));
-    s.add(static_cast<uint64_t>(wide::flag_elems)).add(static_cast<uint64_t>(wide::stage_lag));
+    s.add(Transport::name);
+    for (const auto& w : {policy_shape<Policy>(), policy_shape<collective::wide_policy_t<Policy, Quant, Comp>>(),
+                          policy_shape<collective::wide_policy_t<Policy, quant::none, Comp>>()})
+      for (const int v : w) s.add(static_cast<uint64_t>(v));
     config_signature_ = s.wide();
     const record mine{config_signature_, max_elements_, opt_.workspace_bytes, opt_.unquantized_below_bytes,
                       opt_.wide_policy_from_bytes};

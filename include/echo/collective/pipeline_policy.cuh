@@ -8,13 +8,15 @@
 
 namespace echo::collective {
 
-/// Two wide policies, chosen by whether the call keeps error-feedback state (a stateful call
-/// holds more operands in registers, so it wants fewer values a lane and more warps; a stateless
-/// one gains from 32 values a lane at two blocks a SM; docs/benchmarks.md, sixth session).
-template <class Stateless, class Stateful>
-struct wide_by_state {
-  template <bool KeepsState>
-  using select = std::conditional_t<KeepsState, Stateful, Stateless>;
+/// Two wide policies, chosen by the call (wide_policy_t): a heavy call (it keeps error-feedback
+/// state, or codes above 4 bits, whose codec takes 16 values a lane) holds more operands in
+/// registers and wants more warps; a lean one (4 bits or fewer without state, or the 16-bit
+/// pipeline without state) gains more from 32 values a lane at two blocks a SM
+/// (docs/benchmarks.md, sixth session).
+template <class Lean, class Heavy>
+struct wide_by_call {
+  template <bool IsHeavy>
+  using select = std::conditional_t<IsHeavy, Heavy, Lean>;
 };
 
 namespace detail {
@@ -23,8 +25,14 @@ struct wide_of {  // one wide policy for every call (void: the policy itself)
   template <bool>
   using select = std::conditional_t<std::is_void<Wide>::value, Self, Wide>;
 };
-template <class Stateless, class Stateful, class Self>
-struct wide_of<wide_by_state<Stateless, Stateful>, Self> : wide_by_state<Stateless, Stateful> {};
+template <class Lean, class Heavy, class Self>
+struct wide_of<wide_by_call<Lean, Heavy>, Self> : wide_by_call<Lean, Heavy> {};
+
+template <class Q, class Comp>
+constexpr bool heavy_call() {
+  if constexpr (Q::quantizes) return Comp::keeps_state || Q::bits > 4;
+  else return Comp::keeps_state;
+}
 }  // namespace detail
 
 template <int Threads = 256, int BlocksPerSm = 2, int FlagElems = 4096, int LaneValues = 16, int StageLag = 0,
@@ -52,13 +60,13 @@ struct pipeline_policy {
   /// flow-control rule then asks R >= (2 L + 1) W). docs/benchmarks.md measures both.
   static constexpr int stage_lag = StageLag;
   /// The policy a cuda_ipc call runs under from the dispatch table's wide_from size on
-  /// (all_reduce_options::wide_policy_from_bytes overrides it), for a call that keeps
-  /// error-feedback state or not: this policy itself when Wide is void, else Wide, or one of the
-  /// two a wide_by_state names. A wide policy must stream in one launch (stage_lag >= 1) and name
+  /// (all_reduce_options::wide_policy_from_bytes overrides it), for a heavy call or a lean one
+  /// (wide_policy_t): this policy itself when Wide is void, else Wide, or one of the two a
+  /// wide_by_call names. A wide policy must stream in one launch (stage_lag >= 1) and name
   /// no wide policy of its own. Large messages gain from more warps or values in flight even
   /// where the register cap makes them spill; small ones lose (docs/benchmarks.md).
-  template <bool KeepsState>
-  using wide_for = typename detail::wide_of<Wide, pipeline_policy>::template select<KeepsState>;
+  template <bool IsHeavy>
+  using wide_for = typename detail::wide_of<Wide, pipeline_policy>::template select<IsHeavy>;
 
  private:
   template <class W>
@@ -71,10 +79,14 @@ struct pipeline_policy {
                 "pipeline_policy: a wide policy must have stage_lag >= 1 and no wide policy of its own");
 };
 
+/// The wide policy of Policy for a call through quantizer Q (or quant::none) with compensator Comp.
+template <class Policy, class Q, class Comp>
+using wide_policy_t = typename Policy::template wide_for<detail::heavy_call<Q, Comp>()>;
+
 /// 256 threads, 2 blocks a SM, the phase schedule; from the dispatch table's size on, the stages
-/// overlapped and 8192 values a flag: with error-feedback state 3 blocks a SM, without it 2
-/// blocks a SM and 32 values a lane (where the codec allows: at most 4 bits, tile_codec).
+/// overlapped and 8192 values a flag: a heavy call at 3 blocks a SM, a lean one at 2 blocks a SM
+/// and 32 values a lane.
 using default_policy = pipeline_policy<256, 2, 4096, 16, 0,
-                                       wide_by_state<pipeline_policy<256, 2, 8192, 32, 1>, pipeline_policy<256, 3, 8192, 16, 1>>>;
+                                       wide_by_call<pipeline_policy<256, 2, 8192, 32, 1>, pipeline_policy<256, 3, 8192, 16, 1>>>;
 
 }  // namespace echo::collective

@@ -10,6 +10,7 @@
 #include "../collective/config.cuh"
 #include "../collective/oneshot_kernel.cuh"
 #include "../collective/pipeline_kernel.cuh"
+#include "../collective/pipeline_policy.cuh"
 #include "../communicator.cuh"
 #include "../detail/ceil_div.cuh"
 #include "../detail/cuda_check.cuh"
@@ -181,8 +182,10 @@ struct cuda_ipc {
     using Quant = typename Config::quant;
     using Comp = typename Config::comp;
     using Policy = typename Config::policy;
-    using Wide = typename Policy::template wide_for<Comp::keeps_state>;
-    static constexpr bool has_wide = !std::is_same<Wide, Policy>::value;
+    template <class Q>
+    using Wide = collective::wide_policy_t<Policy, Q, Comp>;
+    template <class Q>
+    static constexpr bool has_wide = !std::is_same<Wide<Q>, Policy>::value;
 
    public:
     static constexpr const char* transport_name = "cuda_ipc";
@@ -257,11 +260,11 @@ struct cuda_ipc {
     /// from wide_from_bytes() on where its flow control fits the rings, else under Policy.
     template <class Q, class T>
     status run(const collective::call<T>& c, cudaStream_t stream) {
-      if constexpr (has_wide) {
+      if constexpr (has_wide<Q>) {
         if (c.n * sizeof(T) >= (std::is_same<Q, quant::none>::value ? wide_from_unquantized_ : wide_from_)) {
-          const plan w = make_plan<Wide, Q, T>(c.n);
+          const plan w = make_plan<Wide<Q>, Q, T>(c.n);
           last_wide_ = !w.why;
-          if (!w.why) return launch<Wide, Q, T>(c, w, stream);
+          if (!w.why) return launch<Wide<Q>, Q, T>(c, w, stream);
         }
       }
       last_wide_ = false;
@@ -325,18 +328,19 @@ struct cuda_ipc {
       return (subs * widest + 255) & ~size_t(255);
     }
 
-    template <class Pol, class T>
-    void preload_policy() const {
-      constexpr auto quantized = collective::pipeline_kernel<collective::tile_config<Quant, T, Comp, Pol>>;
-      constexpr auto unquantized = collective::pipeline_kernel<collective::tile_config<quant::none, T, Comp, Pol>>;
-      echo::detail::preload_kernels(quantized, unquantized);
-      (void)max_grid<Pol, quantized>(), (void)max_grid<Pol, unquantized>();  // their occupancy queries too
+    template <class Pol, class Q, class T>
+    void preload_kernel() const {
+      constexpr auto kernel = collective::pipeline_kernel<collective::tile_config<Q, T, Comp, Pol>>;
+      echo::detail::preload_kernels(kernel);
+      (void)max_grid<Pol, kernel>();  // its occupancy query too
     }
 
     template <class T>
     void preload() const {
-      preload_policy<Policy, T>();
-      if constexpr (has_wide) preload_policy<Wide, T>();
+      preload_kernel<Policy, Quant, T>();
+      preload_kernel<Policy, quant::none, T>();
+      if constexpr (has_wide<Quant>) preload_kernel<Wide<Quant>, Quant, T>();
+      if constexpr (has_wide<quant::none>) preload_kernel<Wide<quant::none>, quant::none, T>();
       echo::detail::preload_kernels(collective::oneshot_kernel<T, oneshot_threads>);
     }
 
