@@ -181,6 +181,13 @@ TEST_CASE("the wide policy: forced at every size, and switched by size within on
   CHECK(a.ar(0).engine().last_run_wide());
   reference_check<echo::quant::zero_aware<8, 64>, echo::comp::none, float> b(300007, all);
   for (int k = 0; k < 2; ++k) b.step(300007, k == 1);
+  // The lean wide policy (no state, at most 4 bits: 2 blocks a SM, 32 values a lane), with a
+  // group of 4 lanes (g 128) and of one lane (g 32), full and tail lanes.
+  reference_check<za4, echo::comp::none, bf16> lean(1000003, all);
+  for (size_t n : {size_t(1000003), size_t(4097), size_t(1000003)}) lean.step(n);
+  CHECK(lean.ar(0).engine().last_run_wide());
+  reference_check<echo::quant::zero_aware<4, 32>, echo::comp::none, echo::half_t> lean32(300007, all);
+  for (size_t n : {size_t(300007), size_t(31)}) lean32.step(n);
   // From 1 MiB on: calls alternate between the two policies on one long-lived object, chains
   // reset and continue across the switch, the deferred update follows either.
   echo::all_reduce_options some;

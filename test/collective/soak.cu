@@ -278,6 +278,9 @@ TEST_CASE("soak: cuda_ipc") {
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::none, T>("za4g128 none dispatch", M, options(-1)));
   o.emplace_back(new soak_of<quant::zero_aware<4, 32>, comp::error_feedback<bf16>, T>("za4g32 ef(bf16) 160K wide>=48K", M, options(0, 160 << 10, 48 << 10)));
   o.emplace_back(new soak_of<quant::symmetric<8, 128>, comp::none, T>("sym8g128 none forced wide>=32K", M, options(0, 0, 32 << 10)));
+#ifndef ECHO_SOAK_LEGACY
+  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::none, T>("za4g128 none (lean wide)>=32K", M, options(0, 0, 32 << 10)));
+#endif
   o.emplace_back(new soak_of<quant::none, comp::none, T>("none none (16-bit pipeline) wide>=64K", M, options(0, 1 << 20, 64 << 10)));
   o.emplace_back(new soak_of<quant::naive_zero_point<4, 64>, comp::error_feedback<float>, T>("naive4g64 ef(f32)", M, options(0)));
 #ifndef ECHO_SOAK_LEGACY

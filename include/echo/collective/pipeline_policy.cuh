@@ -10,9 +10,10 @@ namespace echo::collective {
 
 /// Two wide policies, chosen by the call (wide_policy_t): a heavy call (it keeps error-feedback
 /// state, or codes above 4 bits, whose codec takes 16 values a lane) holds more operands in
-/// registers and wants more warps; a lean one (4 bits or fewer without state, or the 16-bit
-/// pipeline without state) gains more from 32 values a lane at two blocks a SM
-/// (docs/benchmarks.md, sixth session).
+/// registers and wants more warps; a lean one (4 bits or fewer without state) gains more from 32
+/// values a lane at two blocks a SM, and so, measured, does the 16-bit pipeline without state
+/// (whose values a lane the element size fixes: for it only the blocks differ; docs/benchmarks.md,
+/// sixth session).
 template <class Lean, class Heavy>
 struct wide_by_call {
   template <bool IsHeavy>

@@ -39,7 +39,7 @@ struct group_params {
   float scale;   ///< step of the grid (0 for a group that is all zero)
   float inv;     ///< 1 / scale rounded to nearest (0 when scale is 0)
   float offset;  ///< zero point (zero_aware), minimum (naive_zero_point) or code offset (symmetric)
-  float bias;    ///< detail::code_magic + the integer code of 0.0 (zero_aware, symmetric); code_magic for naive
+  float bias;    ///< detail::code_magic + the integer code of 0.0 (zero_aware, symmetric); code_magic for naive and for a non-finite group
   bool finite;
 };
 
