@@ -55,7 +55,8 @@ def main():
         verdict = "slower" if change < -spread else "faster" if change > spread else "within noise"
         tb = sum(time["before"][(v, size)]) / len(b)
         ta = sum(time["after"][(v, size)]) / len(a)
-        mib = f"{size >> 10} KiB" if size < 1 << 20 else f"{size >> 20} MiB" if size < 1 << 30 else f"{size >> 30} GiB"
+        mib = (f"{size} B" if size < 1 << 10 else f"{size >> 10} KiB" if size < 1 << 20 else
+               f"{size >> 20} MiB" if size < 1 << 30 else f"{size >> 30} GiB")
         print(f"| {v} | {mib} | {mb:.2f}x ({tb:.0f} us) | {ma:.2f}x ({ta:.0f} us) | {100 * change:+.1f} % | "
               f"{100 * spread:.1f} % | {verdict} |")
     for s in side:
