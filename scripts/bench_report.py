@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Turn echo_bench JSON output into the markdown tables (and optionally a plot) in docs/.
 
-usage: scripts/bench_report.py BENCH.json [--plot OUT.png] [--variants a,b,c]
+usage: scripts/bench_report.py BENCH.json [BENCH.json ...] [--plot OUT.png] [--variants a,b,c]
+
+Several files (passes of one binary): each cell is the mean over the passes, and the speedup's
+pass-to-pass spread (half the range) is printed beside it.
 """
 import argparse
 import json
@@ -33,15 +36,25 @@ def load(path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("json")
+    ap.add_argument("json", nargs="+")
     ap.add_argument("--plot")
     ap.add_argument("--variants")
     args = ap.parse_args()
-    ctx, rows, order = load(args.json)
+    runs = [load(j) for j in args.json]
+    ctx, rows, order = runs[0]
+    spread = {}
+    if len(runs) > 1:  # the mean of every pass that has the cell; spread: half the speedups' range
+        for size in rows:
+            for v in rows[size]:
+                cells = [r[1][size][v] for r in runs if v in r[1].get(size, {})]
+                sps = [c[2] for c in cells]
+                rows[size][v] = tuple(sum(c[k] for c in cells) / len(cells) for k in range(3))
+                spread[(size, v)] = (max(sps) - min(sps)) / 2
     if args.variants:
         order = [v for v in args.variants.split(",") if v in order]
     label = ctx.get("echo_bench_label") or "nvlink"
-    print(f"Run: {ctx.get('date', '?')}, label {label}; cell = time (us) / busbw (GB/s) / speedup vs NCCL\n")
+    passes = f", mean of {len(runs)} passes (+- half the speedup's range)" if len(runs) > 1 else ""
+    print(f"Run: {ctx.get('date', '?')}, label {label}{passes}; cell = time (us) / busbw (GB/s) / speedup vs NCCL\n")
     print("| size | " + " | ".join(order) + " |")
     print("|---|" + "---|" * len(order))
     for size in sorted(rows):
@@ -49,7 +62,8 @@ def main():
         for v in order:
             if v in rows[size]:
                 t, bw, sp = rows[size][v]
-                cells.append(f"{t:.1f} / {bw:.0f} / {sp:.2f}x")
+                pm = f" +-{spread[(size, v)]:.2f}" if (size, v) in spread else ""
+                cells.append(f"{t:.1f} / {bw:.0f} / {sp:.2f}x{pm}")
             else:
                 cells.append("-")
         print(f"| {human(size)} | " + " | ".join(cells) + " |")

@@ -37,11 +37,12 @@ constexpr bool heavy_call() {
 }  // namespace detail
 
 template <int Threads = 256, int BlocksPerSm = 2, int FlagElems = 4096, int LaneValues = 16, int StageLag = 0,
-          class Wide = void>
+          class Wide = void, int Prefetch = 0>
 struct pipeline_policy {
   static_assert(LaneValues == 16 || LaneValues == 32, "pipeline_policy: LaneValues must be 16 or 32");
   static_assert(StageLag >= 0 && StageLag <= 4, "pipeline_policy: StageLag must be in [0, 4]");
   static_assert(FlagElems >= 32, "pipeline_policy: FlagElems >= 32");
+  static_assert(Prefetch >= 0 && Prefetch <= 4, "pipeline_policy: Prefetch must be in [0, 4]");
   static_assert(Threads % 32 == 0 && Threads >= 64 && Threads <= 1024, "pipeline_policy: Threads must be a multiple of 32 in [64, 1024]");
   static_assert(BlocksPerSm >= 1 && Threads * BlocksPerSm <= 2048, "pipeline_policy: at most 2048 threads per SM");
   static constexpr int threads = Threads;
@@ -60,6 +61,10 @@ struct pipeline_policy {
   /// iterations between a tile's push and its reduce and between its reduce and gather (the
   /// flow-control rule then asks R >= (2 L + 1) W). docs/benchmarks.md measures both.
   static constexpr int stage_lag = StageLag;
+  /// Sub-tiles ahead whose input (x and stored errors) a warp asks L2 to fetch while it works on
+  /// the current one (detail::prefetch_l2; 0: none). The loads then wait on L2, not on HBM, with
+  /// no operand registers held across sub-tiles.
+  static constexpr int prefetch = Prefetch;
   /// The policy a cuda_ipc call runs under from the dispatch table's wide_from size on
   /// (all_reduce_options::wide_policy_from_bytes overrides it), for a heavy call or a lean one
   /// (wide_policy_t): this policy itself when Wide is void, else Wide, or one of the two a
@@ -85,9 +90,12 @@ template <class Policy, class Q, class Comp>
 using wide_policy_t = typename Policy::template wide_for<detail::heavy_call<Q, Comp>()>;
 
 /// 256 threads, 2 blocks a SM, the phase schedule; from the dispatch table's size on, the stages
-/// overlapped and 8192 values a flag: a heavy call at 3 blocks a SM, a lean one at 2 blocks a SM
-/// and 32 values a lane.
-using default_policy = pipeline_policy<256, 2, 4096, 16, 0,
-                                       wide_by_call<pipeline_policy<256, 2, 8192, 32, 1>, pipeline_policy<256, 3, 8192, 16, 1>>>;
+/// overlapped and 8192 values a flag: a heavy call at 3 blocks a SM asking L2 for its input one
+/// sub-tile ahead, a lean one at 2 blocks a SM and 32 values a lane (docs/benchmarks.md, seventh
+/// session: the prefetch gains 2-4 % for the heavy calls from 256 MiB, nothing for the lean 4-bit
+/// one, and costs the 16-bit pipeline 1 %).
+using default_policy =
+    pipeline_policy<256, 2, 4096, 16, 0,
+                    wide_by_call<pipeline_policy<256, 2, 8192, 32, 1>, pipeline_policy<256, 3, 8192, 16, 1, void, 1>>>;
 
 }  // namespace echo::collective

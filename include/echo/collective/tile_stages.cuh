@@ -61,6 +61,16 @@ struct tile_stages {
     typename storage::template raw<V> c;
   };
 
+  static constexpr int prefetch = Cfg::policy::prefetch;
+
+  /// Ask L2 for the input (x, and the stored errors of an active chain) of elements [b, b + count).
+  __device__ __forceinline__ static void prefetch_inputs(const T* in, const state_ref& st, size_t b, size_t count) {
+    echo::detail::prefetch_l2(in + b, static_cast<uint32_t>(count * sizeof(T)) & ~15u);
+    if constexpr (keeps) {
+      if (st.active) storage::prefetch(st.data, st.n, b, count);
+    }
+  }
+
   __device__ __forceinline__ static operands fetch(const T* in, const state_ref& st, size_t first, int valid) {
     operands o;
     o.x = echo::detail::load_raw<T, V>(in + first, valid);
@@ -152,11 +162,22 @@ __device__ __forceinline__ int valid_count(size_t first, size_t end, int V) {
 
 /// f(operands, first, valid, u) for the `subs` sub-tiles of a tile whose lane-0 element is
 /// `first`. (Issuing sub-tile u + 1's loads before computing sub-tile u was measured to change
-/// nothing on H200 while it doubled the operand registers; docs/benchmarks.md.)
+/// nothing on H200 while it doubled the operand registers; docs/benchmarks.md.) With
+/// Cfg::policy::prefetch = D > 0, lane 0 asks L2 for the input of sub-tile u + D (u = 0: of
+/// sub-tiles 1..D) before sub-tile u's loads, so they find it there; a hint, results unchanged.
 template <class Stages, class T, class F>
 __device__ __forceinline__ void over_subtiles(const T* in, const state_ref& st, size_t first, size_t end, int subs,
                                               size_t sub_elems, F&& f) {
+  constexpr int D = Stages::prefetch;
   for (int u = 0; u < subs; ++u, first += sub_elems) {
+    if constexpr (D > 0) {
+      if ((threadIdx.x & 31) == 0 && u + 1 < subs) {
+        const int ahead = u == 0 ? 1 : D;  // first sub-tile to ask for
+        const int count = u == 0 ? min(D, subs - 1) : (u + D < subs ? 1 : 0);
+        const size_t b = first + ahead * sub_elems;
+        if (count > 0 && b < end) Stages::prefetch_inputs(in, st, b, min(end - b, count * sub_elems));
+      }
+    }
     const int valid = valid_count(first, end, Stages::V);
     f(Stages::fetch(in, st, first, valid), first, valid, u);
   }

@@ -5,6 +5,7 @@
 #include "../detail/ceil_div.cuh"
 #include "../detail/vector_io.cuh"
 #include "../dtype.cuh"
+#include "../quant/packet.cuh"
 #include "../quant/symmetric.cuh"
 
 #include <type_traits>
@@ -53,6 +54,10 @@ struct state_storage<S, std::enable_if_t<is_element<S>::value>> {
   __device__ __forceinline__ static void widen(const raw<V>& r, float (&c)[V]) {
     echo::detail::widen(r, c);
   }
+  /// Ask L2 for the stored errors of elements [first, first + count) (first a multiple of 8).
+  __device__ __forceinline__ static void prefetch(const unsigned char* data, size_t, size_t first, size_t count) {
+    echo::detail::prefetch_l2(reinterpret_cast<const S*>(data) + first, static_cast<uint32_t>(count * sizeof(S)) & ~15u);
+  }
   /// Every lane of the warp calls it (int_state needs its neighbours); valid = 0 stores nothing.
   /// data: the chain's storage laid out for a message of n elements; first: the lane's first element.
   template <int V>
@@ -68,6 +73,7 @@ struct state_storage<S, std::enable_if_t<is_element<S>::value>> {
 template <int Bits>
 struct state_storage<int_state<Bits>> {
   using grid = quant::symmetric<Bits, 32>;
+  using codes = quant::packet<grid>;
   static constexpr int group = 32;
 
   ECHO_HD static size_t code_bytes(size_t n) { return detail::align16((n * Bits + 7) / 8); }
@@ -105,20 +111,33 @@ struct state_storage<int_state<Bits>> {
     return r;
   }
 
+  /// Ask L2 for the codes of elements [first, first + count) (first a multiple of 32).
+  __device__ __forceinline__ static void prefetch(const unsigned char* data, size_t, size_t first, size_t count) {
+    echo::detail::prefetch_l2(data + first * Bits / 8, static_cast<uint32_t>(count * Bits / 8) & ~15u);
+  }
+
   template <int V>
   __device__ __forceinline__ static void widen(const raw<V>& r, float (&c)[V]) {
     const quant::group_params p = grid::unpack({r.step, 0});
 #pragma unroll
-    for (int i = 0; i < V; ++i) c[i] = grid::decode(echo::detail::biased((r.w[i * Bits / 32] >> (i * Bits % 32)) & grid::max_code), p);
+    for (int i = 0; i < V; ++i) c[i] = grid::decode(codes::get_code(r.w, i), p);
   }
 
+  /// The codes are quant::packet's (a byte permute a value for 8 bits, an and-or for 4), and a
+  /// full lane tests nothing per value: absent values of a tail lane are kept out of the group's
+  /// range and their codes masked to 0 once.
   template <int V>
   __device__ __forceinline__ static void store(unsigned char* data, size_t n, size_t first, int valid, const float (&e)[V]) {
     constexpr int lanes = group / V;  // neighbouring lanes that share a group
-    float lo = 0.0f, hi = 0.0f;       // invalid values count as 0: they do not widen the range
+    float lo = 0.0f, hi = 0.0f;       // absent values count as 0: they do not widen the range
+    if (valid == V) {
 #pragma unroll
-    for (int i = 0; i < V; ++i)
-      if (i < valid) lo = fminf(lo, e[i]), hi = fmaxf(hi, e[i]);
+      for (int i = 0; i < V; ++i) lo = fminf(lo, e[i]), hi = fmaxf(hi, e[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (i < valid) lo = fminf(lo, e[i]), hi = fmaxf(hi, e[i]);
+    }
 #pragma unroll
     for (int off = 1; off < lanes; off <<= 1) {
       lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, off));
@@ -128,16 +147,18 @@ struct state_storage<int_state<Bits>> {
     const quant::group_params p = grid::unpack(w);
     uint32_t words[V * Bits / 32] = {};
 #pragma unroll
-    for (int i = 0; i < V; ++i)
-      if (i < valid) words[i * Bits / 32] |= (grid::encode(e[i], p) & grid::max_code) << (i * Bits % 32);
+    for (int i = 0; i < V; ++i) codes::put_code(words, i, grid::encode(e[i], p));
     if (valid <= 0) return;
-    unsigned char* codes = data + first * Bits / 8;
+    unsigned char* at = data + first * Bits / 8;
     if (valid == V) {
-      echo::detail::store_words<V * Bits / 32>(codes, words);
+      echo::detail::store_words<V * Bits / 32>(at, words);
     } else {
 #pragma unroll
       for (int i = 0; i < V * Bits / 32; ++i)
-        if (i * 32 < valid * Bits) reinterpret_cast<uint32_t*>(codes)[i] = words[i];
+        if (i * 32 < valid * Bits) {
+          const int kept = valid * Bits - 32 * i;  // bits of word i that hold present values
+          reinterpret_cast<uint32_t*>(at)[i] = words[i] & (kept >= 32 ? ~0u : (1u << kept) - 1u);
+        }
     }
     if (first % group == 0) reinterpret_cast<uint16_t*>(data + code_bytes(n))[first / group] = w.p0;
   }

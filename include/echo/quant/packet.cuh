@@ -56,6 +56,13 @@ struct packet {
   /// start zeroed).
   ECHO_HD static void put_code(uint32_t* words, int i, uint32_t c) {
     const int bit = i * bits, w = bit >> 5, off = bit & 31;
+#if ECHO_DEVICE_COMPILE
+    if constexpr (bits == 8) {  // one byte permute: c's low byte replaces byte off / 8
+      const unsigned k = static_cast<unsigned>(off >> 3);
+      words[w] = __byte_perm(words[w], c, (0x3210u & ~(0xFu << (4 * k))) | (4u << (4 * k)));
+      return;
+    }
+#endif
     const uint32_t q = c & Q::max_code;
     words[w] |= q << off;
     if (off + bits > 32) words[w + 1] |= q >> (32 - off);
