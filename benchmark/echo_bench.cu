@@ -62,8 +62,8 @@ using policy = echo::collective::pipeline_policy<Threads, Blocks, FlagElems, Lan
 template <int Threads, int Blocks, int LaneValues, int Prefetch, int Lag = 1, int FlagElems = 8192>
 using prefetching = echo::collective::pipeline_policy<Threads, Blocks, FlagElems, LaneValues, Lag, void, Prefetch>;
 /// The default policy's parts, each alone at every size: its narrow policy, and the wide policy
-/// each configuration gets (collective::wide_policy_t: lean for 4-bit and 16-bit without state,
-/// heavy for error feedback and 8-bit).
+/// each configuration gets (collective::wide_policy_t: lean for 4-bit without state, heavy for
+/// error feedback and 8-bit, plain for the 16-bit pipeline without state).
 using narrow = echo::collective::pipeline_policy<>;
 template <class Q, class C>
 using wide = echo::collective::wide_policy_t<default_policy, Q, C>;

@@ -25,11 +25,11 @@ struct dispatch_entry {
 /// Measured with benchmark/echo_bench (docs/benchmarks.md has the run behind each row).
 inline constexpr dispatch_entry dispatch_table[] = {
     // 2 x H200 NV18: the 16-bit one-shot / pipeline beats the 4-bit path below 2 MiB. The wide
-    // policies (stages overlapped; 3 blocks a SM with error feedback, else 2 blocks and 32 values
-    // a lane) beat the narrow one from 256 MiB and lose at 64 MiB for 4- and 8-bit, with and
-    // without error feedback; for the 16-bit pipeline they win from 16 MiB (2026-11-30, sixth
-    // session, docs/benchmarks.md).
-    {"H200", 2, "cuda_ipc", "p2p", size_t(2) << 20, size_t(128) << 20, size_t(16) << 20},
+    // policies (stages overlapped; heavy, lean or plain by the call) beat the narrow one from
+    // 256 MiB and lose at 64 MiB for 4- and 8-bit, with and without error feedback; for the
+    // 16-bit pipeline the plain one (8 warps a SM) wins at 64 MiB and loses at 16 MiB
+    // (2026-11-30, sixth and seventh sessions, docs/benchmarks.md).
+    {"H200", 2, "cuda_ipc", "p2p", size_t(2) << 20, size_t(128) << 20, size_t(64) << 20},
     // transport::nccl over NVLink: NCCL's own all-reduce is faster than the staged 4-bit pipeline
     // below 64 MiB; over sockets (the stand-in for a network) the 4-bit path wins from 1 MiB.
     {"H200", 2, "nccl", "p2p", size_t(64) << 20},

@@ -8,31 +8,34 @@
 
 namespace echo::collective {
 
-/// Two wide policies, chosen by the call (wide_policy_t): a heavy call (it keeps error-feedback
-/// state, or codes above 4 bits, whose codec takes 16 values a lane) holds more operands in
-/// registers and wants more warps; a lean one (4 bits or fewer without state) gains more from 32
-/// values a lane at two blocks a SM, and so, measured, does the 16-bit pipeline without state
-/// (whose values a lane the element size fixes: for it only the blocks differ; docs/benchmarks.md,
-/// sixth session).
-template <class Lean, class Heavy>
+/// What a call asks of the pipeline, which picks its wide policy (wide_policy_t):
+///   heavy  it keeps error-feedback state, or codes above 4 bits (whose codec takes 16 values a
+///          lane): more operands in registers; it wants more warps;
+///   lean   4 bits or fewer without state: gains more from 32 values a lane at fewer warps;
+///   plain  the 16-bit pipeline without state: bound by the link, little arithmetic; from 64 MiB
+///          fewer warps win (docs/benchmarks.md, seventh session).
+enum class call_weight { lean, heavy, plain };
+
+/// Wide policies chosen by the call (Plain defaults to Lean).
+template <class Lean, class Heavy, class Plain = Lean>
 struct wide_by_call {
-  template <bool IsHeavy>
-  using select = std::conditional_t<IsHeavy, Heavy, Lean>;
+  template <call_weight K>
+  using select = std::conditional_t<K == call_weight::heavy, Heavy, std::conditional_t<K == call_weight::plain, Plain, Lean>>;
 };
 
 namespace detail {
 template <class Wide, class Self>
 struct wide_of {  // one wide policy for every call (void: the policy itself)
-  template <bool>
+  template <call_weight>
   using select = std::conditional_t<std::is_void<Wide>::value, Self, Wide>;
 };
-template <class Lean, class Heavy, class Self>
-struct wide_of<wide_by_call<Lean, Heavy>, Self> : wide_by_call<Lean, Heavy> {};
+template <class Lean, class Heavy, class Plain, class Self>
+struct wide_of<wide_by_call<Lean, Heavy, Plain>, Self> : wide_by_call<Lean, Heavy, Plain> {};
 
 template <class Q, class Comp>
-constexpr bool heavy_call() {
-  if constexpr (Q::quantizes) return Comp::keeps_state || Q::bits > 4;
-  else return Comp::keeps_state;
+constexpr call_weight weight_of() {
+  if constexpr (Q::quantizes) return Comp::keeps_state || Q::bits > 4 ? call_weight::heavy : call_weight::lean;
+  else return Comp::keeps_state ? call_weight::heavy : call_weight::plain;
 }
 }  // namespace detail
 
@@ -66,36 +69,40 @@ struct pipeline_policy {
   /// no operand registers held across sub-tiles.
   static constexpr int prefetch = Prefetch;
   /// The policy a cuda_ipc call runs under from the dispatch table's wide_from size on
-  /// (all_reduce_options::wide_policy_from_bytes overrides it), for a heavy call or a lean one
-  /// (wide_policy_t): this policy itself when Wide is void, else Wide, or one of the two a
-  /// wide_by_call names. A wide policy must stream in one launch (stage_lag >= 1) and name
+  /// (all_reduce_options::wide_policy_from_bytes overrides it), for a call of weight K
+  /// (wide_policy_t): this policy itself when Wide is void, else Wide, or the one a
+  /// wide_by_call names for K. A wide policy must stream in one launch (stage_lag >= 1) and name
   /// no wide policy of its own. Large messages gain from more warps or values in flight even
   /// where the register cap makes them spill; small ones lose (docs/benchmarks.md).
-  template <bool IsHeavy>
-  using wide_for = typename detail::wide_of<Wide, pipeline_policy>::template select<IsHeavy>;
+  template <call_weight K>
+  using wide_for = typename detail::wide_of<Wide, pipeline_policy>::template select<K>;
 
  private:
   template <class W>
   static constexpr bool valid_wide() {
     return std::is_same<W, pipeline_policy>::value ||
-           (W::stage_lag >= 1 && std::is_same<typename W::template wide_for<false>, W>::value &&
-            std::is_same<typename W::template wide_for<true>, W>::value);
+           (W::stage_lag >= 1 && std::is_same<typename W::template wide_for<call_weight::lean>, W>::value &&
+            std::is_same<typename W::template wide_for<call_weight::heavy>, W>::value &&
+            std::is_same<typename W::template wide_for<call_weight::plain>, W>::value);
   }
-  static_assert(valid_wide<wide_for<false>>() && valid_wide<wide_for<true>>(),
+  static_assert(valid_wide<wide_for<call_weight::lean>>() && valid_wide<wide_for<call_weight::heavy>>() &&
+                    valid_wide<wide_for<call_weight::plain>>(),
                 "pipeline_policy: a wide policy must have stage_lag >= 1 and no wide policy of its own");
 };
 
 /// The wide policy of Policy for a call through quantizer Q (or quant::none) with compensator Comp.
 template <class Policy, class Q, class Comp>
-using wide_policy_t = typename Policy::template wide_for<detail::heavy_call<Q, Comp>()>;
+using wide_policy_t = typename Policy::template wide_for<detail::weight_of<Q, Comp>()>;
 
 /// 256 threads, 2 blocks a SM, the phase schedule; from the dispatch table's size on, the stages
-/// overlapped and 8192 values a flag: a heavy call at 3 blocks a SM asking L2 for its input one
-/// sub-tile ahead, a lean one at 2 blocks a SM and 32 values a lane (docs/benchmarks.md, seventh
-/// session: the prefetch gains 2-4 % for the heavy calls from 256 MiB, nothing for the lean 4-bit
-/// one, and costs the 16-bit pipeline 1 %).
-using default_policy =
-    pipeline_policy<256, 2, 4096, 16, 0,
-                    wide_by_call<pipeline_policy<256, 2, 8192, 32, 1>, pipeline_policy<256, 3, 8192, 16, 1, void, 1>>>;
+/// overlapped (docs/benchmarks.md, sixth and seventh sessions):
+///   lean   2 blocks a SM, 32 values a lane, 16384 values a flag (4-bit 1 GiB: 2.93x -> 3.07x);
+///   heavy  3 blocks a SM, 8192 values a flag, asking L2 for its input one sub-tile ahead (2-3 %
+///          from 256 MiB; nothing for the lean calls, and the 16-bit pipeline 1 % slower);
+///   plain  1 block a SM of 8 warps, 8192 values a flag (16-bit 256 MiB: 0.96x -> 1.08x NCCL).
+using default_policy = pipeline_policy<256, 2, 4096, 16, 0,
+                                       wide_by_call<pipeline_policy<256, 2, 16384, 32, 1>,
+                                                    pipeline_policy<256, 3, 8192, 16, 1, void, 1>,
+                                                    pipeline_policy<256, 1, 8192, 16, 1>>>;
 
 }  // namespace echo::collective
