@@ -189,10 +189,17 @@ TEST_CASE("the wide policy: forced at every size, and switched by size within on
   reference_check<echo::quant::zero_aware<4, 32>, echo::comp::none, echo::half_t> lean32(300007, all);
   for (size_t n : {size_t(300007), size_t(31)}) lean32.step(n);
   // The plain wide policy (the 16-bit pipeline without state: one block of 8 warps a SM), its
-  // rings wrapped.
+  // rings wrapped, bf16 (16 values a lane) and float (8); sizes above the one-shot kernel's.
   reference_check<echo::quant::none, echo::comp::none, bf16> plain(1000003, all);
-  for (size_t n : {size_t(1000003), size_t(4097), size_t(1000003)}) plain.step(n);
-  CHECK(plain.ar(0).engine().last_run_wide());
+  for (size_t n : {size_t(1000003), size_t(600001), size_t(1000003)}) {
+    plain.step(n);
+    CHECK(plain.ar(0).engine().last_run_wide());
+  }
+  reference_check<echo::quant::none, echo::comp::none, float> plain32(700001, all);
+  for (size_t n : {size_t(700001), size_t(300007), size_t(700001)}) {
+    plain32.step(n);
+    CHECK(plain32.ar(0).engine().last_run_wide());
+  }
   // From 1 MiB on: calls alternate between the two policies on one long-lived object, chains
   // reset and continue across the switch, the deferred update follows either.
   echo::all_reduce_options some;

@@ -100,12 +100,12 @@ struct state_storage<int_state<Bits>> {
   template <int V>
   __device__ __forceinline__ static raw<V> load(const unsigned char* data, size_t n, size_t first, int valid) {
     raw<V> r;
-    const unsigned char* codes = data + first * Bits / 8;
+    const unsigned char* at = data + first * Bits / 8;
     if (valid == V) {
-      echo::detail::load_words<V * Bits / 32>(codes, r.w);  // written by this rank's earlier launch
+      echo::detail::load_words<V * Bits / 32>(at, r.w);  // written by this rank's earlier launch
     } else {
 #pragma unroll
-      for (int i = 0; i < V * Bits / 32; ++i) r.w[i] = i * 32 < valid * Bits ? reinterpret_cast<const uint32_t*>(codes)[i] : 0u;
+      for (int i = 0; i < V * Bits / 32; ++i) r.w[i] = i * 32 < valid * Bits ? reinterpret_cast<const uint32_t*>(at)[i] : 0u;
     }
     r.step = valid > 0 ? reinterpret_cast<const uint16_t*>(data + code_bytes(n))[first / group] : uint16_t(0);
     return r;

@@ -19,9 +19,9 @@ namespace echo::detail {
 /// Asks L2 to fetch [p, p + bytes) ahead of the loads that will read it: one instruction for
 /// the whole range, issued by one lane (sm_90's bulk prefetch: a hint that orders nothing and
 /// holds no register). [p, p + bytes) must be memory the caller may read, p 16-byte aligned,
-/// bytes a multiple of 16. Below sm_90: nothing.
+/// bytes a multiple of 16. Below sm_90 (or CUDA 12, which brought the instruction): nothing.
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-#if __CUDA_ARCH__ >= 900
+#if __CUDA_ARCH__ >= 900 && __CUDACC_VER_MAJOR__ >= 12
   if (bytes > 0)
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<unsigned long long>(__cvta_generic_to_global(p))),
                  "r"(bytes));
