@@ -181,6 +181,18 @@ TEST_CASE("the wide policy: forced at every size, and switched by size within on
   CHECK(a.ar(0).engine().last_run_wide());
   reference_check<echo::quant::zero_aware<8, 64>, echo::comp::none, float> b(300007, all);
   for (int k = 0; k < 2; ++k) b.step(300007, k == 1);
+  // The heavy policy's L2 prefetch over every kind of stored error and input: int4 codes with
+  // fp16 input, exact float errors, and the 16-bit pipeline with error feedback (heavy too).
+  reference_check<za4, ef4, echo::half_t> h4(300007, all);
+  for (size_t n : {size_t(300007), size_t(300007), size_t(70001), size_t(70001)}) h4.step(n);
+  CHECK(h4.ar(0).engine().last_run_wide());
+  reference_check<echo::quant::zero_aware<8, 128>, ef32, float> h32(300007, all);
+  for (size_t n : {size_t(300007), size_t(300007)}) h32.step(n);
+  reference_check<echo::quant::none, ef16, bf16> h16(700001, all);
+  for (size_t n : {size_t(700001), size_t(700001), size_t(600001), size_t(600001)}) {
+    h16.step(n);
+    CHECK(h16.ar(0).engine().last_run_wide());
+  }
   // The lean wide policy (no state, at most 4 bits: 2 blocks a SM, 32 values a lane), with a
   // group of 4 lanes (g 128) and of one lane (g 32), full and tail lanes.
   reference_check<za4, echo::comp::none, bf16> lean(1000003, all);
