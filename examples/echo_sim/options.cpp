@@ -28,8 +28,9 @@ const char* const usage_text =
     "  --quant LIST     comma list of zero_aware,naive_zero_point,symmetric,none (default zero_aware)\n"
     "  --bits LIST      code bits, comma list of 2,3,4,6,8 (default 4; ignored by quant none)\n"
     "  --group LIST     group size, comma list of 32,64,128,256 (default 128; ignored by quant none)\n"
-    "  --comp LIST      comma list of none,error_feedback (float state),ef_bf16,ef_int8,ef_int4 (the\n"
-    "                   device's state storages; zero_aware 4/8 bits) (default none,error_feedback)\n"
+    "  --comp LIST      comma list of none,error_feedback (float state),ef_bf16,ef_int8,ef_int4,\n"
+    "                   ef_step8,ef_step4 (the device's state storages; zero_aware 4/8 bits)\n"
+    "                   (default none,error_feedback)\n"
     "  --seed S         seed of weights and tokens (default 1)\n"
     "  --passes N       forward passes over fresh tokens with the same weights; each pass is one\n"
     "                   chain (reset at its start) (default 1)\n"
@@ -126,7 +127,10 @@ options parse(int argc, char** argv, bool& help) {
         if (s == "ef_bf16") return comp_kind::ef_bf16;
         if (s == "ef_int8") return comp_kind::ef_int8;
         if (s == "ef_int4") return comp_kind::ef_int4;
-        throw usage_error("--comp: unknown compensator '" + s + "' (none, error_feedback, ef_bf16, ef_int8, ef_int4)");
+        if (s == "ef_step8") return comp_kind::ef_step8;
+        if (s == "ef_step4") return comp_kind::ef_step4;
+        throw usage_error("--comp: unknown compensator '" + s +
+                          "' (none, error_feedback, ef_bf16, ef_int8, ef_int4, ef_step8, ef_step4)");
       });
     } else if (a == "--bits") {
       o.bits = parse_list<int>(a, val, [&](const std::string& s) {

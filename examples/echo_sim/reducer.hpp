@@ -19,7 +19,7 @@ using bf16 = echo::bfloat16_t;
 enum class quant_kind { zero_aware, naive_zero_point, symmetric, none };
 /// error_feedback keeps the error exactly (float state), as the depth experiment always did; the
 /// ef_* kinds keep it as the device's other storage options (zero_aware, 4 or 8 bits only).
-enum class comp_kind { none, error_feedback, ef_bf16, ef_int8, ef_int4 };
+enum class comp_kind { none, error_feedback, ef_bf16, ef_int8, ef_int4, ef_step8, ef_step4 };
 
 inline const char* comp_label(comp_kind c) {
   switch (c) {
@@ -28,6 +28,8 @@ inline const char* comp_label(comp_kind c) {
     case comp_kind::ef_bf16: return "ef_bf16";
     case comp_kind::ef_int8: return "ef_int8";
     case comp_kind::ef_int4: return "ef_int4";
+    case comp_kind::ef_step8: return "ef_step8";
+    case comp_kind::ef_step4: return "ef_step4";
   }
   return "?";
 }
@@ -81,6 +83,8 @@ std::unique_ptr<reducer> make_comp(comp_kind c, const make_args& a) {
       case comp_kind::ef_bf16: return std::make_unique<reducer_impl<Q, error_feedback<echo::bfloat16_t>>>(a, c);
       case comp_kind::ef_int8: return std::make_unique<reducer_impl<Q, error_feedback<int8_state>>>(a, c);
       case comp_kind::ef_int4: return std::make_unique<reducer_impl<Q, error_feedback<int4_state>>>(a, c);
+      case comp_kind::ef_step8: return std::make_unique<reducer_impl<Q, error_feedback<step8_state>>>(a, c);
+      case comp_kind::ef_step4: return std::make_unique<reducer_impl<Q, error_feedback<step4_state>>>(a, c);
       default: break;
     }
   }

@@ -12,6 +12,8 @@ using ef16 = echo::comp::error_feedback<echo::bfloat16_t>;
 using ef32 = echo::comp::error_feedback<float>;
 using ef8 = echo::comp::error_feedback<echo::comp::int8_state>;
 using ef4 = echo::comp::error_feedback<echo::comp::int4_state>;
+using efs8 = echo::comp::error_feedback<echo::comp::step8_state>;
+using efs4 = echo::comp::error_feedback<echo::comp::step4_state>;
 using bf16 = echo::bfloat16_t;
 
 TEST_CASE("20 calls on one error_feedback chain follow the reference chain") {
@@ -23,6 +25,14 @@ TEST_CASE("20 calls on one error_feedback chain follow the reference chain") {
   for (int k = 0; k < 20; ++k) c.step(100003);
   reference_check<echo::quant::zero_aware<8, 64>, ef4, float> d(100003);
   for (int k = 0; k < 20; ++k) d.step(100003);
+  // The error in units of the data group's step: 8 bits on bf16 (tail group), 4 bits on fp16
+  // with 8-bit data, 8 bits under a symmetric grid of 32 on float.
+  reference_check<za4, efs8, bf16> e(100003);
+  for (int k = 0; k < 20; ++k) e.step(100003);
+  reference_check<echo::quant::zero_aware<8, 64>, efs4, echo::half_t> f(100003);
+  for (int k = 0; k < 10; ++k) f.step(100003);
+  reference_check<echo::quant::symmetric<4, 32>, efs8, float> g(77777);
+  for (int k = 0; k < 10; ++k) g.step(77777);
 }
 
 TEST_CASE("a shape change resets the chain, as in the reference") {
@@ -188,6 +198,11 @@ TEST_CASE("the wide policy: forced at every size, and switched by size within on
   CHECK(h4.ar(0).engine().last_run_wide());
   reference_check<echo::quant::zero_aware<8, 128>, ef32, float> h32(300007, all);
   for (size_t n : {size_t(300007), size_t(300007)}) h32.step(n);
+  reference_check<za4, efs8, bf16> hs8(300007, all);  // step codes under the heavy policy
+  for (size_t n : {size_t(300007), size_t(300007), size_t(70001), size_t(70001)}) hs8.step(n);
+  CHECK(hs8.ar(0).engine().last_run_wide());
+  reference_check<echo::quant::none, efs8, bf16> hn8(700001, all);  // no data step: its own
+  for (size_t n : {size_t(700001), size_t(700001)}) hn8.step(n);
   reference_check<echo::quant::none, ef16, bf16> h16(700001, all);
   for (size_t n : {size_t(700001), size_t(700001), size_t(600001), size_t(600001)}) {
     h16.step(n);

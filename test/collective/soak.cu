@@ -287,6 +287,8 @@ TEST_CASE("soak: cuda_ipc") {
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::int8_state>, T>("za4g128 ef(int8) dispatch", M, options(-1)));
   o.emplace_back(new soak_of<quant::zero_aware<8, 64>, comp::error_feedback<comp::int4_state>, T>("za8g64 ef(int4) 256K wide", M, options(0, 256 << 10, 0)));
   o.emplace_back(new soak_of<quant::zero_aware<3, 256>, comp::error_feedback<comp::int8_state>, T>("za3g256 ef(int8)", M, options(1 << 16)));
+  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::step8_state>, T>("za4g128 ef(step8) dispatch", M, options(-1)));
+  o.emplace_back(new soak_of<quant::symmetric<8, 32>, comp::error_feedback<comp::step4_state>, T>("sym8g32 ef(step4) 256K wide", M, options(0, 256 << 10, 0)));
 #endif
   soak(o, "cuda_ipc");
 }
@@ -302,6 +304,7 @@ TEST_CASE("soak: nccl") {
 #ifndef ECHO_SOAK_LEGACY
   o.emplace_back(new soak_of<quant::zero_aware<4, 64>, comp::error_feedback<comp::int8_state>, T>("za4g64 ef(int8) exact<1M", M, options(1 << 20)));
   o.emplace_back(new soak_of<quant::none, comp::none, T>("none none forced", M, options(0)));
+  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::step8_state>, T>("za4g128 ef(step8) forced", M, options(0)));
 #endif
   soak(o, "nccl");
 }

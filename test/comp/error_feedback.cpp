@@ -117,3 +117,118 @@ TEST_CASE_TEMPLATE("int8_state / int4_state: the error as codes of a symmetric g
   // bytes: codes, then a 2-byte step per 32 values
   CHECK(comp::state_storage<S>::bytes(4096) == 4096 * S::bits / 8 + 4096 / 32 * 2);
 }
+
+TEST_CASE_TEMPLATE("step8_state / step4_state: the error in units of its data group's step", S, comp::step8_state,
+                   comp::step4_state) {
+  using chain = echo::reference::chain_state<comp::error_feedback<S>>;
+  static_assert(chain::by_data_step, "");
+  const double units = 1 << (S::bits - 1), top = (1 << (S::bits - 1)) - 1, bottom = -(1 << (S::bits - 1));
+  ECHO_TEST_RNG(rng);
+  echo_test::failure_counter fails;
+  for (size_t n : {size_t(1), size_t(31), size_t(33), size_t(4097)}) {
+    CAPTURE(n);
+    chain ch(1, n);
+    ch.begin_call(n);
+    // per 32 values the parameters of a data group: a random fp16 step, some 0, some non-finite
+    std::vector<echo::quant::group_params> steps((n + 31) / 32);
+    std::vector<float> e(n);
+    for (size_t b = 0; b < steps.size(); ++b) {
+      const float raw = rng.log_uniform(-9.0f, 3.0f);
+      const int kind = static_cast<int>(rng.uniform_int<size_t>(0, 9));
+      const echo::quant::wire_params w = kind == 0   ? echo::quant::wire_params{0, 0}
+                                         : kind == 1 ? echo::quant::detail::non_finite_params
+                                                     : echo::quant::wire_params{echo::quant::detail::scale_bits(raw), 0};
+      steps[b] = echo::quant::zero_aware<4, 32>::unpack(w);
+      for (size_t k = b * 32; k < std::min(n, b * 32 + 32); ++k) {
+        // mostly within a step (what a quantized call injects), some beyond (saturating)
+        const double s = steps[b].finite ? steps[b].scale : 1.0;
+        e[k] = kind == 1 ? 0.0f  // a non-finite group's errors were kept as 0
+                         : static_cast<float>(rng.uniform(-1.0f, 1.0f) * (rng.uniform(0.0f, 1.0f) < 0.9 ? 1.0 : 4.0) *
+                                              (s > 0 ? s : 1e-3));
+        if (kind == 0) e[k] = 0.0f;  // an all-zero data group injects no error
+      }
+    }
+    ch.set_errors(0, e, n, steps.data());
+    for (size_t k = 0; k < n; ++k) {
+      const auto& p = steps[k / 32];
+      const double s = p.finite ? p.scale : 0.0;
+      // independent of the storage's arithmetic: e / s * units rounded to an integer and clamped
+      // (either neighbour within 1e-4 of a tie: the device multiplies by a rounded 1 / s)
+      const double t = s > 0 ? static_cast<double>(e[k]) / s * units : 0.0;
+      auto clamp = [&](double q) { return std::min(top, std::max(bottom, q)); };
+      const double got = ch.error(0, k);
+      const bool tie = std::fabs(t - std::floor(t) - 0.5) < 1e-4;
+      const bool ok = got == clamp(std::nearbyint(t)) * s / units ||
+                      (tie && (got == clamp(std::floor(t)) * s / units || got == clamp(std::ceil(t)) * s / units));
+      ECHO_EXPECT(fails, ok,
+                  "k " << k << ": error " << e[k] << " with step " << s << " read back as " << got << ", expected "
+                       << clamp(std::nearbyint(t)) * s / units);
+    }
+    // a call that does not quantize fits a step to its own errors (per 32), like int_state
+    ch.set_errors(0, e, n);
+    for (size_t b = 0; b < n; b += 32) {
+      double m = 0.0;
+      for (size_t k = b; k < std::min(n, b + 32); ++k) m = std::max(m, std::fabs(static_cast<double>(e[k])));
+      for (size_t k = b; k < std::min(n, b + 32); ++k)
+        ECHO_EXPECT(fails, std::fabs(ch.error(0, k) - e[k]) <= 0.5 * m / top * 1.002 + std::ldexp(1.0, -24) / units,
+                    "own step, k " << k << ": error " << e[k] << " read back as " << ch.error(0, k));
+    }
+  }
+  CHECK(fails.failures == 0);
+  CHECK(comp::state_storage<S>::bytes(4096) == 4096 * S::bits / 8 + 4096 / 32 * 2);
+}
+
+TEST_CASE_TEMPLATE("step8_state: a reference call stores each error to 1/256 of its data group's step", Q,
+                   echo::quant::zero_aware<4, 128>, echo::quant::symmetric<8, 32>, echo::quant::zero_aware<3, 64>) {
+  ECHO_TEST_RNG(rng);
+  echo_test::failure_counter fails;
+  for (int P : {2, 3}) {
+    const size_t n = rng.uniform_int<size_t>(1, 5000);
+    CAPTURE(P);
+    CAPTURE(n);
+    echo_test::ranks_data<bfloat16_t> d(P, n);
+    d.randomize(rng);
+    echo::reference::all_reduce<Q, comp::error_feedback<float>> exact(P);
+    echo::reference::all_reduce<Q, comp::error_feedback<comp::step8_state>> coded(P);
+    echo::reference::chain_state<comp::error_feedback<float>> ce(P, n);
+    echo::reference::chain_state<comp::error_feedback<comp::step8_state>> cs(P, n);
+    auto o = d.out_ptrs();
+    exact(d.in_ptrs(), o, n, &ce);
+    const auto first = d.out;
+    coded(d.in_ptrs(), o, n, &cs);
+    CHECK(echo_test::same_bytes(first[0], d.out[0]));  // the state only matters from the next call on
+    // The data groups' steps, recomputed here: senders quantize their input, owners the sum of
+    // their own input and the receipts in rank order.
+    const echo::detail::partition part{n, static_cast<size_t>(Q::group), P};
+    std::vector<std::vector<float>> x(P, std::vector<float>(n));
+    for (int r = 0; r < P; ++r)
+      for (size_t k = 0; k < n; ++k) x[r][k] = echo_test::widen(d.in[r][k]);
+    auto step_of = [](const float* v, size_t len) {
+      echo::quant::group_stats st = echo::quant::group_stats::empty();
+      for (size_t i = 0; i < len; ++i) st.add(v[i]);
+      return static_cast<double>(Q::unpack(Q::fit(st)).scale);
+    };
+    for (int j = 0; j < P; ++j) {
+      const size_t b = part.begin(j), len = part.size(j);
+      std::vector<float> S(len, 0.0f);
+      for (int i = 0; i < P; ++i) {
+        const auto rt = echo::reference::round_trip<Q, bfloat16_t>(&x[i][b], len);
+        for (size_t k = 0; k < len; ++k) S[k] = i == 0 ? (i == j ? x[i][b + k] : rt[k]) : S[k] + (i == j ? x[i][b + k] : rt[k]);
+      }
+      for (size_t g = 0; g < len; g += Q::group) {
+        const size_t gl = std::min<size_t>(Q::group, len - g);
+        const double own = step_of(&S[g], gl);
+        for (int r = 0; r < P; ++r) {
+          const double s = r == j ? own : step_of(&x[r][b + g], gl);
+          for (size_t k = b + g; k < b + g + gl; ++k) {
+            const double e = ce.error(r, k), got = cs.error(r, k);
+            // |e| <= 0.75 step for these grids, so nothing clamps: within half a unit of step / 128
+            ECHO_EXPECT(fails, std::fabs(got - e) <= s / 256 * 1.0001,
+                        "rank " << r << " element " << k << ": error " << e << ", stored " << got << ", step " << s);
+          }
+        }
+      }
+    }
+  }
+  CHECK(fails.failures == 0);
+}

@@ -32,7 +32,14 @@ namespace detail {
 struct no_state {
   template <int>
   using raw = int;
+  static constexpr bool data_step = false;
 };
+/// Whether quantizer Q's grid holds zero (quant::none has no grid: its values are exact).
+template <class Q, bool = Q::quantizes>
+struct holds_zero : std::true_type {};
+template <class Q>
+struct holds_zero<Q, true> : std::integral_constant<bool, Q::holds_zero> {};
+
 template <class Comp, bool = Comp::keeps_state>
 struct storage_of {
   using type = no_state;
@@ -54,6 +61,9 @@ struct tile_stages {
   static constexpr bool keeps = Comp::keeps_state;
 
   using storage = typename detail::storage_of<Comp>::type;
+  static_assert(!storage::data_step || detail::holds_zero<typename Cfg::quant>::value,
+                "echo: comp::step_state needs a quantizer whose grid holds zero (zero_aware, symmetric): "
+                "with naive_zero_point the output's rounding error is not bounded by the step");
 
   /// The loads of a lane's entry operands (x and its stored error), issued ahead of use.
   struct operands {
@@ -82,20 +92,20 @@ struct tile_stages {
   __device__ __forceinline__ static void entry(const operands& o, const state_ref& st, float (&x)[V]) {
     echo::detail::widen(o.x, x);
     if constexpr (keeps) {
-      if (st.active) {
-        float c[V];
-        storage::template widen<V>(o.c, c);
-#pragma unroll
-        for (int i = 0; i < V; ++i) x[i] = echo::detail::add_rn(x[i], c[i]);
-      }
+      if (st.active) storage::template add<V>(o.c, x);
     }
   }
 
-  /// Store what the chain keeps for the errors e (every lane calls it).
-  __device__ __forceinline__ static void keep_errors(const state_ref& st, size_t first, int valid, float (&e)[V]) {
+  /// Store what the chain keeps for the errors e that quantizing with r made (every lane calls
+  /// it). A storage in units of the data step (comp::step_state) gets r's group parameters.
+  __device__ __forceinline__ static void keep_errors(const state_ref& st, size_t first, int valid, float (&e)[V],
+                                                     const packed& r) {
 #pragma unroll
     for (int i = 0; i < V; ++i) e[i] = Comp::keep(e[i]);
-    storage::template store<V>(st.data, st.n, first, valid, e);
+    if constexpr (storage::data_step && Cfg::quant::quantizes)
+      storage::template store<V>(st.data, st.n, first, valid, e, r.w, Cfg::quant::unpack(r.w));
+    else
+      storage::template store<V>(st.data, st.n, first, valid, e);
   }
 
   /// A (push, and the deferred update): quantize x' for its owner; with store_error (uniform over
@@ -109,7 +119,7 @@ struct tile_stages {
       if (store_error) {
 #pragma unroll
         for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
-        keep_errors(st, first, valid, dq);
+        keep_errors(st, first, valid, dq, r);
       }
     }
     return r;
@@ -141,7 +151,7 @@ struct tile_stages {
 #pragma unroll
       for (int v = 0; v < V; ++v)
         dq[v] = echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v])));
-      keep_errors(st, first, valid, dq);
+      keep_errors(st, first, valid, dq, r);
     }
     return r;
   }

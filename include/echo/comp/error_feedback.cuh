@@ -18,15 +18,17 @@ namespace echo::comp {
 /// Storage: the error rounded to bfloat16_t (the default: 2 bytes a value, the fastest measured on
 /// H200), half_t, or kept exactly as float (4 bytes); or int8_state / int4_state: 1 + 1/16 or
 /// 1/2 + 1/16 bytes a value, codes with their own step per 32 values, cheaper in memory traffic
-/// but dearer in instructions (docs/benchmarks.md: slower on H200 today). docs/depth-experiment.md
-/// measures what each keeps of the error.
+/// but dearer in instructions (docs/benchmarks.md: slower on H200 today); or step8_state /
+/// step4_state: the same bytes, in units of the data group's step (no fit of its own).
+/// docs/depth-experiment.md measures what each keeps of the error.
 template <class Storage = bfloat16_t>
 struct error_feedback {
   static_assert(std::is_same<Storage, float>::value || std::is_same<Storage, bfloat16_t>::value ||
                     std::is_same<Storage, half_t>::value || std::is_same<Storage, int8_state>::value ||
-                    std::is_same<Storage, int4_state>::value,
+                    std::is_same<Storage, int4_state>::value || std::is_same<Storage, step8_state>::value ||
+                    std::is_same<Storage, step4_state>::value,
                 "echo::comp::error_feedback: Storage must be float, echo::bfloat16_t, echo::half_t, "
-                "echo::comp::int8_state or echo::comp::int4_state");
+                "echo::comp::int8_state, int4_state, step8_state or step4_state");
   static constexpr const char* name = "error_feedback";
   static constexpr bool keeps_state = true;
   using storage = Storage;

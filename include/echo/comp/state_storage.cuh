@@ -8,6 +8,7 @@
 #include "../quant/packet.cuh"
 #include "../quant/symmetric.cuh"
 
+#include <cmath>
 #include <type_traits>
 
 namespace echo::comp {
@@ -25,6 +26,28 @@ struct int_state {
 using int8_state = int_state<8>;
 using int4_state = int_state<4>;
 
+/// The error in units of the step of the data group that made it (issue 10's compact state):
+/// code = clamp(rint(e / step * 2^(Bits-1))) on a symmetric Bits-bit grid, plus that group's fp16
+/// step once per 32 values: 1 + 1/16 (or 1/2 + 1/16) bytes a value like int_state, but no fit and
+/// no shuffles, since the step and its reciprocal are already in registers. A quantized call's
+/// error is half a step of its grid, plus, for the own segment, half an ulp of the output type:
+/// at most about 0.53 steps for codes of up to 6 bits with bf16 output, so the codes' range of
+/// +-0.99 steps (8 bits) or +-0.875 (4 bits) holds it. Clamped: the largest values of an 8-bit
+/// group rounded to bf16 (up to 1.0 step) and groups whose fp16 scale saturated. What is not fed
+/// forward is the codes' rounding, 1 / 2^(Bits-1) of one call's error (rms): 0.8 % for 8 bits,
+/// 12.5 % for 4; docs/depth-experiment.md measures what that does along depth. A call that does
+/// not quantize (quant::none through the pipeline) has no data step: it fits one to its own
+/// errors per 32, as int_state does, and stores it the same way. Quantizers whose grid does not
+/// hold zero (naive_zero_point) are refused at compile time: a group far from zero decodes far
+/// from it, and rounding that to bf16 can err by many steps.
+template <int Bits>
+struct step_state {
+  static_assert(Bits == 4 || Bits == 8, "echo::comp::step_state: Bits must be 4 or 8");
+  static constexpr int bits = Bits;
+};
+using step8_state = step_state<8>;
+using step4_state = step_state<4>;
+
 namespace detail {
 ECHO_HD constexpr size_t align16(size_t b) { return (b + 15) & ~size_t(15); }
 }  // namespace detail
@@ -35,6 +58,7 @@ struct state_storage;
 /// Element storage: the error rounded to S (nearest even).
 template <class S>
 struct state_storage<S, std::enable_if_t<is_element<S>::value>> {
+  static constexpr bool data_step = false;
   static size_t bytes(size_t n) { return detail::align16(n * sizeof(S)); }
 
   /// Host: what a stored error reads back as, for e[0..n) of a message.
@@ -50,9 +74,13 @@ struct state_storage<S, std::enable_if_t<is_element<S>::value>> {
   __device__ __forceinline__ static raw<V> load(const unsigned char* data, size_t, size_t first, int valid) {
     return echo::detail::load_raw<S, V>(reinterpret_cast<const S*>(data) + first, valid);
   }
+  /// x += the stored errors (one rounding).
   template <int V>
-  __device__ __forceinline__ static void widen(const raw<V>& r, float (&c)[V]) {
+  __device__ __forceinline__ static void add(const raw<V>& r, float (&x)[V]) {
+    float c[V];
     echo::detail::widen(r, c);
+#pragma unroll
+    for (int i = 0; i < V; ++i) x[i] = echo::detail::add_rn(x[i], c[i]);
   }
   /// Ask L2 for the stored errors of elements [first, first + count) (first a multiple of 8).
   __device__ __forceinline__ static void prefetch(const unsigned char* data, size_t, size_t first, size_t count) {
@@ -67,32 +95,29 @@ struct state_storage<S, std::enable_if_t<is_element<S>::value>> {
 #endif
 };
 
-/// Coded storage, laid out for the message's n: [ codes, Bits a value, padded to 16 B | the fp16
-/// step of each group of 32 ]. A call with another n starts a fresh chain, so the layout of the
-/// current n is the only one the storage ever holds.
+namespace detail {
+
+/// The layout both coded storages share, for a message of n elements: [ codes, Bits a value,
+/// padded to 16 B | an fp16 step per 32 values ]. A call with another n starts a fresh chain, so
+/// the layout of the current n is the only one the storage ever holds.
 template <int Bits>
-struct state_storage<int_state<Bits>> {
+struct coded_layout {
   using grid = quant::symmetric<Bits, 32>;
   using codes = quant::packet<grid>;
   static constexpr int group = 32;
 
-  ECHO_HD static size_t code_bytes(size_t n) { return detail::align16((n * Bits + 7) / 8); }
-  static size_t bytes(size_t n) { return code_bytes(n) + detail::align16(echo::detail::ceil_div(n, group) * 2); }
+  ECHO_HD static size_t code_bytes(size_t n) { return align16((n * Bits + 7) / 8); }
+  static size_t bytes(size_t n) { return code_bytes(n) + align16(echo::detail::ceil_div(n, group) * 2); }
 
-  static void round_trip(const float* e, size_t n, float* out) {
-    for (size_t b = 0; b < n; b += group) {
-      const size_t len = n - b < size_t(group) ? n - b : size_t(group);
-      quant::group_stats st = quant::group_stats::empty();
-      for (size_t i = 0; i < len; ++i) st.add(e[b + i]);
-      const quant::group_params p = grid::unpack(grid::fit(st));
-      for (size_t i = 0; i < len; ++i) out[b + i] = grid::decode(grid::encode(e[b + i], p), p);
-    }
+  /// Host: the codes of e[b, b + len) on grid p, as they read back.
+  static void round_trip_run(const float* e, size_t len, const quant::group_params& p, float* out) {
+    for (size_t i = 0; i < len; ++i) out[i] = grid::decode(grid::encode(e[i], p), p);
   }
 
 #if ECHO_HAS_CUDA
   template <int V>
   struct raw {
-    static_assert(V * Bits % 32 == 0 && group % V == 0, "int_state: a lane's values are whole words of one group");
+    static_assert(V * Bits % 32 == 0 && group % V == 0, "coded state: a lane's values are whole words of one group");
     uint32_t w[V * Bits / 32];
     uint16_t step;
   };
@@ -116,35 +141,12 @@ struct state_storage<int_state<Bits>> {
     echo::detail::prefetch_l2(data + first * Bits / 8, static_cast<uint32_t>(count * Bits / 8) & ~15u);
   }
 
+  /// Codes of e on grid p in quant::packet's order (a byte permute a value for 8 bits, an
+  /// and-or for 4), written for the `valid` present values; the lane that starts a group of 32
+  /// writes its step. A full lane tests nothing per value.
   template <int V>
-  __device__ __forceinline__ static void widen(const raw<V>& r, float (&c)[V]) {
-    const quant::group_params p = grid::unpack({r.step, 0});
-#pragma unroll
-    for (int i = 0; i < V; ++i) c[i] = grid::decode(codes::get_code(r.w, i), p);
-  }
-
-  /// The codes are quant::packet's (a byte permute a value for 8 bits, an and-or for 4), and a
-  /// full lane tests nothing per value: absent values of a tail lane are kept out of the group's
-  /// range and their codes masked to 0 once.
-  template <int V>
-  __device__ __forceinline__ static void store(unsigned char* data, size_t n, size_t first, int valid, const float (&e)[V]) {
-    constexpr int lanes = group / V;  // neighbouring lanes that share a group
-    float lo = 0.0f, hi = 0.0f;       // absent values count as 0: they do not widen the range
-    if (valid == V) {
-#pragma unroll
-      for (int i = 0; i < V; ++i) lo = fminf(lo, e[i]), hi = fmaxf(hi, e[i]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < V; ++i)
-        if (i < valid) lo = fminf(lo, e[i]), hi = fmaxf(hi, e[i]);
-    }
-#pragma unroll
-    for (int off = 1; off < lanes; off <<= 1) {
-      lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, off));
-      hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, off));
-    }
-    const quant::wire_params w = grid::fit({lo, hi, true});
-    const quant::group_params p = grid::unpack(w);
+  __device__ __forceinline__ static void write(unsigned char* data, size_t n, size_t first, int valid, const float (&e)[V],
+                                               const quant::group_params& p, uint16_t step) {
     uint32_t words[V * Bits / 32] = {};
 #pragma unroll
     for (int i = 0; i < V; ++i) codes::put_code(words, i, grid::encode(e[i], p));
@@ -160,9 +162,151 @@ struct state_storage<int_state<Bits>> {
           reinterpret_cast<uint32_t*>(at)[i] = words[i] & (kept >= 32 ? ~0u : (1u << kept) - 1u);
         }
     }
-    if (first % group == 0) reinterpret_cast<uint16_t*>(data + code_bytes(n))[first / group] = w.p0;
+    if (first % group == 0) reinterpret_cast<uint16_t*>(data + code_bytes(n))[first / group] = step;
+  }
+
+  /// The largest |e| over the `valid` present values of the group of 32 this lane shares with
+  /// its neighbours (absent values count as 0: they do not widen the range).
+  template <int V>
+  __device__ __forceinline__ static float group_max(const float (&e)[V], int valid) {
+    float m = 0.0f;
+    if (valid == V) {
+#pragma unroll
+      for (int i = 0; i < V; ++i) m = fmaxf(m, fabsf(e[i]));
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (i < valid) m = fmaxf(m, fabsf(e[i]));
+    }
+#pragma unroll
+    for (int off = 1; off < group / V; off <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    return m;
   }
 #endif
 };
+
+}  // namespace detail
+
+/// int_state: the codes of quant::symmetric<Bits, 32> applied to the errors, with the fp16 step of
+/// the errors' own group.
+template <int Bits>
+struct state_storage<int_state<Bits>> : detail::coded_layout<Bits> {
+  using layout = detail::coded_layout<Bits>;
+  using grid = typename layout::grid;
+  static constexpr int group = layout::group;
+  static constexpr bool data_step = false;
+
+  static void round_trip(const float* e, size_t n, float* out) {
+    for (size_t b = 0; b < n; b += group) {
+      const size_t len = n - b < size_t(group) ? n - b : size_t(group);
+      quant::group_stats st = quant::group_stats::empty();
+      for (size_t i = 0; i < len; ++i) st.add(e[b + i]);
+      layout::round_trip_run(e + b, len, grid::unpack(grid::fit(st)), out + b);
+    }
+  }
+
+#if ECHO_HAS_CUDA
+  template <int V>
+  using raw = typename layout::template raw<V>;
+
+  /// x += the stored errors (one rounding: the read-back error is exact in fp32).
+  template <int V>
+  __device__ __forceinline__ static void add(const raw<V>& r, float (&x)[V]) {
+    const quant::group_params p = grid::unpack({r.step, 0});
+#pragma unroll
+    for (int i = 0; i < V; ++i) x[i] = echo::detail::add_rn(x[i], grid::decode(layout::codes::get_code(r.w, i), p));
+  }
+
+  /// Every lane of the warp calls it (the group's range comes from its neighbours).
+  template <int V>
+  __device__ __forceinline__ static void store(unsigned char* data, size_t n, size_t first, int valid, const float (&e)[V]) {
+    const float m = layout::group_max(e, valid);
+    const quant::wire_params w = grid::fit({-m, m, true});
+    layout::write(data, n, first, valid, e, grid::unpack(w), w.p0);
+  }
+#endif
+};
+
+/// step_state: the codes on a grid of step / 2^(Bits-1), the step being the data group's.
+template <int Bits>
+struct state_storage<step_state<Bits>> : detail::coded_layout<Bits> {
+  using layout = detail::coded_layout<Bits>;
+  using grid = typename layout::grid;
+  static constexpr int group = layout::group;
+  static constexpr bool data_step = true;
+  static constexpr float units = static_cast<float>(1 << (Bits - 1));  ///< codes a step
+  static constexpr float unit = 1.0f / units;
+
+  /// The grid of codes for a group of step s (inv: 1 / s rounded, 0 when s is 0 or the group is
+  /// not finite): both scalings by a power of two are exact.
+  ECHO_HD static quant::group_params grid_of(float s, float inv) {
+    return {echo::detail::mul_rn(s, unit), echo::detail::mul_rn(inv, units), grid::code_offset,
+            echo::detail::add_rn(echo::detail::code_magic, grid::code_offset), true};
+  }
+  ECHO_HD static quant::group_params grid_of(const quant::group_params& data) {
+    return data.finite ? grid_of(data.scale, data.inv) : grid_of(0.0f, 0.0f);
+  }
+  /// No data step (a call that does not quantize): the step of the errors' own range, per 32.
+  ECHO_HD static uint16_t own_step(float max_abs) {
+    return quant::detail::scale_bits(echo::detail::mul_rn(echo::detail::div_rn(max_abs, grid::code_offset - 1.0f), units));
+  }
+  ECHO_HD static quant::group_params grid_of_bits(uint16_t step) {
+    const float s = echo::detail::half_bits_to_float(step);
+    return grid_of(s, s > 0.0f ? echo::detail::rcp_rn(s) : 0.0f);
+  }
+
+  /// Host, a call that does not quantize.
+  static void round_trip(const float* e, size_t n, float* out) {
+    for (size_t b = 0; b < n; b += group) {
+      const size_t len = n - b < size_t(group) ? n - b : size_t(group);
+      float m = 0.0f;
+      for (size_t i = 0; i < len; ++i) m = echo::detail::fmax2(m, std::fabs(e[b + i]));
+      layout::round_trip_run(e + b, len, grid_of_bits(own_step(m)), out + b);
+    }
+  }
+  /// Host, a quantized call: data[k] is the parameters of the data group that holds elements
+  /// [32k, 32k + 32) (every data group is a whole number of 32s, aligned).
+  static void round_trip(const float* e, size_t n, const quant::group_params* data, float* out) {
+    for (size_t b = 0; b < n; b += group) {
+      const size_t len = n - b < size_t(group) ? n - b : size_t(group);
+      layout::round_trip_run(e + b, len, grid_of(data[b / group]), out + b);
+    }
+  }
+
+#if ECHO_HAS_CUDA
+  template <int V>
+  using raw = typename layout::template raw<V>;
+
+  /// x += the stored errors: q * (step / units) is exact, so one fma rounds once, as the
+  /// reference's x + e does.
+  template <int V>
+  __device__ __forceinline__ static void add(const raw<V>& r, float (&x)[V]) {
+    const float s = echo::detail::mul_rn(echo::detail::half_bits_to_float(r.step), unit);
+    constexpr float bias = echo::detail::code_magic + grid::code_offset;
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      x[i] = echo::detail::fma_rn(echo::detail::sub_rn(echo::detail::biased_float(layout::codes::get_code(r.w, i)), bias), s, x[i]);
+  }
+
+  /// A call that does not quantize: every lane of the warp calls it.
+  template <int V>
+  __device__ __forceinline__ static void store(unsigned char* data, size_t n, size_t first, int valid, const float (&e)[V]) {
+    const uint16_t step = own_step(layout::group_max(e, valid));
+    layout::write(data, n, first, valid, e, grid_of_bits(step), step);
+  }
+  /// A quantized call: w and p are the wire and widened parameters of the lane's data group.
+  template <int V>
+  __device__ __forceinline__ static void store(unsigned char* data, size_t n, size_t first, int valid, const float (&e)[V],
+                                               const quant::wire_params& w, const quant::group_params& p) {
+    layout::write(data, n, first, valid, e, grid_of(p), p.finite ? w.p0 : uint16_t(0));
+  }
+#endif
+};
+
+/// Whether compensator Comp stores its errors in units of their data group's step.
+template <class Comp, bool = Comp::keeps_state>
+struct by_data_step : std::false_type {};
+template <class Comp>
+struct by_data_step<Comp, true> : std::integral_constant<bool, state_storage<typename Comp::storage>::data_step> {};
 
 }  // namespace echo::comp

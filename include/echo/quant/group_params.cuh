@@ -88,6 +88,9 @@ struct group_contract {
   static constexpr int bits = Bits;
   static constexpr int group = Group;
   static constexpr bool quantizes = true;
+  /// Whether zero is on the grid, so that every decoded value is within 2^b steps of zero (what
+  /// comp::step_state relies on to keep the error of rounding the output in units of the step).
+  static constexpr bool holds_zero = true;
   static constexpr uint32_t max_code = (1u << Bits) - 1u;
   /// Bytes of packed codes per group (g * b is a multiple of 32 for every supported pair).
   static constexpr size_t code_bytes = static_cast<size_t>(Group) * Bits / 8;

@@ -24,17 +24,26 @@
 
 namespace echo::reference {
 
-/// D(Q(v)) for a run of values that starts on a group boundary, through the wire layout.
+/// D(Q(v)) for a run of values that starts on a group boundary, through the wire layout. With
+/// `blocks`, a quantized run also writes the widened parameters of each of its groups to
+/// blocks[k] for every 32 values [32k, 32k + 32) of the run (what comp::step_state stores by).
 template <class Quant, class T>
-std::vector<float> round_trip(const float* v, size_t len) {
+std::vector<float> round_trip(const float* v, size_t len, quant::group_params* blocks = nullptr) {
   std::vector<float> r(len);
   if constexpr (!Quant::quantizes) {
     for (size_t k = 0; k < len; ++k) r[k] = element_traits<T>::to_float(element_traits<T>::from_float(v[k]));
   } else {
     using pk = quant::packet<Quant>;
-    std::vector<unsigned char> wire(pk::bytes(pk::groups_for(len)));
+    const size_t groups = pk::groups_for(len);
+    std::vector<unsigned char> wire(pk::bytes(groups));
     pk::encode(v, len, wire.data());
     pk::decode(wire.data(), len, r.data());
+    for (size_t k = 0; blocks && k < groups; ++k) {
+      quant::wire_params w;
+      std::memcpy(&w, wire.data() + pk::param_offset(groups, k), 4);
+      const quant::group_params p = Quant::unpack(w);
+      for (size_t b = k * Quant::group; b < len && b < (k + 1) * Quant::group; b += 32) blocks[b / 32] = p;
+    }
   }
   return r;
 }
@@ -87,6 +96,11 @@ class all_reduce {
       }
 
     std::vector<std::vector<float>> err(Comp::keeps_state ? P : 0, std::vector<float>(n));
+    // Per rank, the parameters of the data group of every 32 errors (comp::step_state's step).
+    constexpr bool by_step = chain::by_data_step && Quant::quantizes;
+    if constexpr (by_step)
+      static_assert(Quant::holds_zero, "echo::reference: comp::step_state needs a quantizer whose grid holds zero");
+    std::vector<std::vector<quant::group_params>> steps(by_step ? P : 0, std::vector<quant::group_params>((n + 31) / 32));
     const detail::partition part{n, detail::granule_of<Quant>(), P};
     for (int j = 0; j < P; ++j) {
       const size_t b = part.begin(j), len = part.size(j);
@@ -95,7 +109,7 @@ class all_reduce {
       std::vector<std::vector<float>> recv(P);
       for (int i = 0; i < P; ++i) {
         if (i == j) continue;
-        recv[i] = round_trip<Quant, T>(&xp[i][b], len);
+        recv[i] = round_trip<Quant, T>(&xp[i][b], len, by_step ? &steps[i][b / 32] : nullptr);
         if (Comp::keeps_state)
           for (size_t k = 0; k < len; ++k) err[i][b + k] = detail::sub_rn(xp[i][b + k], recv[i][k]);
       }
@@ -107,7 +121,7 @@ class all_reduce {
         S[k] = acc;
       }
       // 3. one quantization of the sum, the same code for every rank
-      const std::vector<float> g = round_trip<Quant, T>(S.data(), len);
+      const std::vector<float> g = round_trip<Quant, T>(S.data(), len, by_step ? &steps[j][b / 32] : nullptr);
       const int depth = !Quant::quantizes ? 0 : 2;  // a receipt (1) summed, then the sum (2)
       for (size_t k = 0; k < len; ++k) {
         const T o = element_traits<T>::from_float(g[k]);
@@ -120,7 +134,7 @@ class all_reduce {
     if constexpr (Comp::keeps_state) {
       for (auto& r : err)
         for (float& e : r) e = Comp::keep(e);
-      for (int r = 0; r < P; ++r) ch->set_errors(r, err[r], n);
+      for (int r = 0; r < P; ++r) ch->set_errors(r, err[r], n, by_step ? steps[r].data() : nullptr);
     }
   }
 

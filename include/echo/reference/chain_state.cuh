@@ -12,6 +12,7 @@
 
 namespace echo::reference {
 
+
 /// Holds, per simulated rank, the n stored errors of the chain's last call, as they read back
 /// from the compensator's storage (comp/state_storage.cuh: exactly what the device reads back). A
 /// call with a different n than the chain's resets it: a shape change ends the chain. reset()
@@ -47,10 +48,21 @@ class chain_state {
       n_ = n;
     }
   }
+  /// Whether the storage keeps errors in units of their data group's step (comp::step_state).
+  static constexpr bool by_data_step = comp::by_data_step<Comp>::value;
+
   /// Store rank r's errors of a call on n elements (e[0..n), already passed through Comp::keep).
-  void set_errors(int r, const std::vector<float>& e, size_t n) {
-    if constexpr (Comp::keeps_state)
-      comp::state_storage<typename Comp::storage>::round_trip(e.data(), n, errors_[static_cast<size_t>(r)].data());
+  /// steps: for a storage by_data_step, the parameters of the data group of every 32 elements
+  /// (steps[k] for [32k, 32k + 32)), or null for a call that does not quantize.
+  void set_errors(int r, const std::vector<float>& e, size_t n, const quant::group_params* steps = nullptr) {
+    if constexpr (Comp::keeps_state) {
+      using S = comp::state_storage<typename Comp::storage>;
+      float* out = errors_[static_cast<size_t>(r)].data();
+      if constexpr (S::data_step) {
+        if (steps) return S::round_trip(e.data(), n, steps, out);
+      }
+      S::round_trip(e.data(), n, out);
+    }
   }
 
  private:
