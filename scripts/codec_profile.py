@@ -15,7 +15,8 @@ def config_of(name):
     # ncu prints the template arguments without namespaces: tile_config<none, ...> is quant::none
     q = ("int4" if "zero_aware<4" in name else "int8" if "zero_aware<8" in name
          else "none16" if "tile_config<none," in name or "quant::none" in name else "?")
-    ef = "_ef" if "error_feedback" in name else ""
+    ef = ("_efs8" if "step_state<8" in name else "_ef8" if "int_state<8" in name
+          else "_ef" if "error_feedback" in name else "")
     stage = next((s for s in ("push", "reduce", "gather") if s + "_kernel" in name), "?")
     return q + ef, stage
 

@@ -71,12 +71,14 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
     quant::wire_params w;
   };
 
-  /// Quantize this lane's values (the first `valid` are present); dq receives D(Q(x)). Every lane
-  /// of the warp calls it (a group's statistics are reduced over its lanes with shuffles).
+  /// Quantize this lane's values (the first `valid` are present); dq receives D(Q(x)), and
+  /// `params` (if given) the group's widened parameters. Every lane of the warp calls it (a
+  /// group's statistics are reduced over its lanes with shuffles).
   /// Per value: min, max, then the policy's encode (an fma and a clamp) and a shift-or into the
   /// words; what the tail needs (absent values out of the statistics, their codes zeroed) is
   /// done apart, so a full lane tests nothing per value.
-  __device__ __forceinline__ static packed quantize(const float (&x)[V], int valid, float (&dq)[V]) {
+  __device__ __forceinline__ static packed quantize(const float (&x)[V], int valid, float (&dq)[V],
+                                                    quant::group_params* params = nullptr) {
     float lo = INFINITY, hi = -INFINITY;
     if (valid == V) {
 #pragma unroll
@@ -96,6 +98,7 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
     packed r;
     r.w = Q::fit({lo, hi, finite});
     const quant::group_params p = Q::unpack(r.w);
+    if (params) *params = p;
 #pragma unroll
     for (int k = 0; k < WORDS; ++k) r.words[k] = 0;
 #pragma unroll
@@ -145,7 +148,8 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<!Q::quantizes>> {
   struct packed {
     float v[V];
   };
-  __device__ __forceinline__ static packed quantize(const float (&x)[V], int, float (&dq)[V]) {
+  __device__ __forceinline__ static packed quantize(const float (&x)[V], int, float (&dq)[V],
+                                                    quant::group_params* = nullptr) {
     packed r;
 #pragma unroll
     for (int i = 0; i < V; ++i) r.v[i] = dq[i] = element_traits<T>::to_float(element_traits<T>::from_float(x[i]));

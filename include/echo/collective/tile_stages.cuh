@@ -96,14 +96,16 @@ struct tile_stages {
     }
   }
 
-  /// Store what the chain keeps for the errors e that quantizing with r made (every lane calls
-  /// it). A storage in units of the data step (comp::step_state) gets r's group parameters.
+  /// Store what the chain keeps for the errors e that quantizing with r (group parameters p)
+  /// made (every lane calls it). A storage in units of the data step (comp::step_state) gets the
+  /// data group's step from them (the codec's own, not recomputed: a second 1 / s per lane cost
+  /// the heavy policy registers it spilled, docs/benchmarks.md).
   __device__ __forceinline__ static void keep_errors(const state_ref& st, size_t first, int valid, float (&e)[V],
-                                                     const packed& r) {
+                                                     const packed& r, const quant::group_params& p) {
 #pragma unroll
     for (int i = 0; i < V; ++i) e[i] = Comp::keep(e[i]);
     if constexpr (storage::data_step && Cfg::quant::quantizes)
-      storage::template store<V>(st.data, st.n, first, valid, e, r.w, Cfg::quant::unpack(r.w));
+      storage::template store<V>(st.data, st.n, first, valid, e, r.w, p);
     else
       storage::template store<V>(st.data, st.n, first, valid, e);
   }
@@ -114,12 +116,13 @@ struct tile_stages {
                                                 int valid) {
     float x[V], dq[V];
     entry(o, st, x);
-    const packed r = codec::quantize(x, valid, dq);
+    quant::group_params p{};
+    const packed r = codec::quantize(x, valid, dq, &p);
     if constexpr (keeps) {
       if (store_error) {
 #pragma unroll
         for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
-        keep_errors(st, first, valid, dq, r);
+        keep_errors(st, first, valid, dq, r, p);
       }
     }
     return r;
@@ -145,13 +148,14 @@ struct tile_stages {
       for (int v = 0; v < V; ++v) acc[v] = echo::detail::add_rn(acc[v], term[v]);
     }
     float dq[V];
-    const packed r = codec::quantize(acc, valid, dq);
+    quant::group_params p{};
+    const packed r = codec::quantize(acc, valid, dq, &p);
     echo::detail::store_floats<T, V>(out + first, valid, dq);
     if constexpr (keeps) {
 #pragma unroll
       for (int v = 0; v < V; ++v)
         dq[v] = echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v])));
-      keep_errors(st, first, valid, dq, r);
+      keep_errors(st, first, valid, dq, r, p);
     }
     return r;
   }
