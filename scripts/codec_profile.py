@@ -33,7 +33,7 @@ def main():
         except ValueError:
             continue
         by[config_of(r["Kernel Name"])][r["Metric Name"]].append(v)
-    order = ["int4", "int4_ef", "int8", "int8_ef", "none16"]
+    order = ["int4", "int4_ef", "int4_ef8", "int4_efs8", "int8", "int8_ef", "none16"]
     print("| config | kernel | thread instr / value | warp instr / value | registers | local ld / st instr | "
           "time (us) | HBM read + write (B / value) | HBM % of peak | SM % of peak |")
     print("|---|---|---|---|---|---|---|---|---|---|")
