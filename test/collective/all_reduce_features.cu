@@ -35,6 +35,33 @@ TEST_CASE("20 calls on one error_feedback chain follow the reference chain") {
   for (int k = 0; k < 10; ++k) g.step(77777);
 }
 
+namespace {
+/// Inputs with -0 at every third element on every rank (and +0 / -0 mixed at every fifth): a call
+/// that starts a chain must add nothing to them, a call that continues it adds the stored errors.
+template <class Q, class C>
+void negative_zeros(size_t n) {
+  reference_check<Q, C, bf16> rc(n);
+  for (int call = 0; call < 3; ++call) {
+    std::vector<std::vector<bf16>> in(rc.ranks());
+    for (int r = 0; r < rc.ranks(); ++r) {
+      in[r] = random_elements<bf16>(rc.random(), n);
+      for (size_t k = 0; k < n; k += 3) in[r][k] = narrow<bf16>(-0.0f);
+      for (size_t k = 0; k < n; k += 5) in[r][k] = narrow<bf16>(r % 2 ? -0.0f : 0.0f);
+      for (size_t k = 256; k < std::min(n, size_t(512)); ++k) in[r][k] = narrow<bf16>(-0.0f);  // whole groups
+      rc.in(r).upload(in[r]);
+    }
+    rc.launch(n);
+    rc.finish(in, n);
+  }
+}
+}  // namespace
+
+TEST_CASE("negative zeros on a fresh and on a continued chain match the reference") {
+  negative_zeros<echo::quant::none, ef16>(300007);  // the 16-bit pipeline (quant::none) with a chain
+  negative_zeros<za4, ef16>(100003);
+  negative_zeros<za4, efs8>(100003);
+}
+
 TEST_CASE("a shape change resets the chain, as in the reference") {
   reference_check<za4, ef16, bf16> rc(50000);
   rc.step(50000);

@@ -91,7 +91,8 @@ class all_reduce {
     for (int r = 0; r < P; ++r)
       for (size_t k = 0; k < n; ++k) {
         float v = element_traits<T>::to_float(in[r][k]);
-        if constexpr (Comp::keeps_state) v = detail::add_rn(v, ch->error(r, k));
+        if constexpr (Comp::keeps_state)
+          if (ch->continues()) v = detail::add_rn(v, ch->error(r, k));
         xp[r][k] = v;
       }
 

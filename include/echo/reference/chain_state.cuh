@@ -33,7 +33,13 @@ class chain_state {
   void reset() {
     for (auto& r : errors_) std::fill(r.begin(), r.end(), 0.0f);
     n_ = 0;
+    continues_ = false;
   }
+
+  /// Whether the current call continues the chain: a call of the same n stored errors since the
+  /// last reset. A call that starts a chain adds nothing to its input (not even +0, which would
+  /// turn an input's -0 into +0), as the device's fresh chain does.
+  bool continues() const { return continues_; }
 
   /// Stored error of rank r at element i, as it reads back.
   float error(int r, size_t i) const { return Comp::keeps_state ? errors_[static_cast<size_t>(r)][i] : 0.0f; }
@@ -55,6 +61,7 @@ class chain_state {
   /// steps: for a storage by_data_step, the parameters of the data group of every 32 elements
   /// (steps[k] for [32k, 32k + 32)), or null for a call that does not quantize.
   void set_errors(int r, const std::vector<float>& e, size_t n, const quant::group_params* steps = nullptr) {
+    continues_ = true;
     if constexpr (Comp::keeps_state) {
       using S = comp::state_storage<typename Comp::storage>;
       float* out = errors_[static_cast<size_t>(r)].data();
@@ -69,6 +76,7 @@ class chain_state {
   int ranks_;
   size_t capacity_;
   size_t n_ = 0;
+  bool continues_ = false;
   std::vector<std::vector<float>> errors_;
 };
 
