@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
   profile<quant::zero_aware<4, 128>, comp::none>("int4", n, reps);
   profile<quant::zero_aware<4, 128>, comp::error_feedback<>>("int4_ef", n, reps);
   profile<quant::zero_aware<4, 128>, comp::error_feedback<comp::int8_state>>("int4_ef8", n, reps);
-  profile<quant::zero_aware<4, 128>, comp::error_feedback<comp::step8_state>>("int4_efs8", n, reps);
+  profile<quant::zero_aware<4, 128>, comp::error_feedback<bfloat16_t>>("int4_ef16", n, reps);
   profile<quant::zero_aware<8, 128>, comp::none>("int8", n, reps);
   profile<quant::zero_aware<8, 128>, comp::error_feedback<>>("int8_ef", n, reps);
   profile<quant::none, comp::none>("none16", n, reps);

@@ -7,17 +7,19 @@
 //                      their calls (the like-for-like baseline of its ncclAllReduce path)
 //   echo_none          echo::all_reduce<quant::none>: the unquantized two-shot through Echo's pipeline
 //   echo_int4          zero_aware<4,128>, comp::none
-//   echo_int4_ef       zero_aware<4,128>, error_feedback<> (default state: the error as bf16),
-//                      fused state update, one chain a rank
-//   echo_int4_ef8      the same with the state as int8 codes (comp::int8_state)
-//   echo_int4_ef4      the same with the state as int4 codes
-//   echo_int4_efs8     the same with the state in units of the data group's step, 8 bits
-//                      (comp::step8_state); echo_int4_efs4: 4 bits; echo_int8_efs8: 8-bit data
-//   echo_int4_efs8_lean / echo_int4_ef_lean  step8 / bf16 state under the lean policy's shape
-//                      (2 blocks of 256 a SM, 128 registers, 32 values a lane) with the L2
-//                      prefetch, at every size: does the heavy policy's register cap still pay?
+//   echo_int4_ef       zero_aware<4,128>, error_feedback<> (default state: comp::step8_state, the
+//                      error in units of its data group's step, 8 bits), fused state update, one
+//                      chain a rank
+//   echo_int4_ef16     the same with the state as bf16 (the default until the ninth session)
+//   echo_int4_ef8      the same with the state as int8 codes of their own step (comp::int8_state)
+//   echo_int4_ef4      the same with int4 codes; echo_int4_efs4: comp::step4_state
+//   echo_int4_ef_lean  the default state under the lean policy's shape (2 blocks of 256 a SM,
+//                      128 registers, 32 values a lane) with the L2 prefetch, at every size: does
+//                      the heavy policy's register cap still pay?
 //   echo_int8          zero_aware<8,128>, comp::none
-//   echo_int8_ef       zero_aware<8,128>, error_feedback<> (bf16 state)
+//   echo_int8_heavy    the same under the heavy wide policy at every size (3 blocks a SM, 16 values
+//                      a lane: where 8-bit ran from 128 MiB until the ninth session)
+//   echo_int8_ef       zero_aware<8,128>, error_feedback<> (step8 state); echo_int8_ef16: bf16
 //   echo_dispatch      zero_aware<4,128>, error_feedback<>, default options: the size dispatch of
 //                      echo::dispatch_table (what a user gets)
 //   echo_dispatch_nocheck  the same with options::check_pointers off: what the pointer check costs
@@ -59,7 +61,7 @@ using c0 = echo::comp::none;
 using ef = echo::comp::error_feedback<>;
 using ef4 = echo::comp::error_feedback<echo::comp::int4_state>;
 using ef8 = echo::comp::error_feedback<echo::comp::int8_state>;
-using efs8 = echo::comp::error_feedback<echo::comp::step8_state>;
+using ef16 = echo::comp::error_feedback<echo::bfloat16_t>;
 using efs4 = echo::comp::error_feedback<echo::comp::step4_state>;
 using ipc = echo::transport::cuda_ipc;
 using nccl_transport = echo::transport::nccl;
@@ -104,13 +106,13 @@ const std::vector<variant_spec>& variants() {
       {"echo_int4_ef", make_echo<za4, ef>},
       {"echo_int4_ef8", make_echo<za4, ef8>},
       {"echo_int4_ef4", make_echo<za4, ef4>},
-      {"echo_int4_efs8", make_echo<za4, efs8>},
+      {"echo_int4_ef16", make_echo<za4, ef16>},
       {"echo_int4_efs4", make_echo<za4, efs4>},
-      {"echo_int4_efs8_lean", make_echo<za4, efs8, true, ipc, prefetching<256, 2, 32, 1, 1, 16384>>},
       {"echo_int4_ef_lean", make_echo<za4, ef, true, ipc, prefetching<256, 2, 32, 1, 1, 16384>>},
       {"echo_int8", make_echo<za8, c0>},
+      {"echo_int8_heavy", make_echo<za8, c0, true, ipc, prefetching<256, 3, 16, 1, 1, 8192>>},
       {"echo_int8_ef", make_echo<za8, ef>},
-      {"echo_int8_efs8", make_echo<za8, efs8>},
+      {"echo_int8_ef16", make_echo<za8, ef16>},
       {"echo_dispatch", make_echo<za4, ef, dispatched>},
       {"echo_dispatch_nocheck", make_echo<za4, ef, dispatched, ipc, default_policy, 0, false>},
       {"echo_dispatch_threads", make_echo<za4, ef, dispatched, ipc, default_policy, 0, true, true>},

@@ -70,7 +70,7 @@ class EchoAllReduce:
         bits: int = 4,
         group_size: int = 128,
         comp: str = "error_feedback",
-        storage: str = "bf16",
+        storage: str = "step8",
         transport: str = "cuda_ipc",
         unquantized_below_bytes: int = -1,
         spin_limit_s: float = 10.0,

@@ -21,10 +21,11 @@ import torch.distributed as dist  # noqa: E402
 from _ranks import dtype_name, from_numpy, rank_inputs, run_ranks, same_bits, to_numpy  # noqa: E402
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-STORAGES = ("int8", "bf16", "float")
+STORAGES = ("step8", "int8", "bf16", "float")
 # (quant, bits, group_size, comp, storage): a sample of the table covering every quantizer,
 # every group size and every storage.
 CONFIGS = [
+    ("zero_aware", 4, 128, "error_feedback", "step8"),
     ("zero_aware", 4, 128, "error_feedback", "int8"),
     ("zero_aware", 4, 32, "none", ""),
     ("zero_aware", 4, 64, "error_feedback", "bf16"),
@@ -33,6 +34,7 @@ CONFIGS = [
     ("zero_aware", 8, 64, "none", ""),
     ("symmetric", 4, 128, "error_feedback", "int8"),
     ("naive_zero_point", 4, 128, "none", ""),
+    ("naive_zero_point", 4, 128, "error_feedback", "step8"),  # step8 with its own step
     ("none", 4, 128, "none", ""),
     ("none", 4, 128, "error_feedback", "int8"),
 ]

@@ -25,8 +25,9 @@ template <class Q, class Transport>
 void sweep_quantizer() {
   if (!runnable<Transport>()) return;
   using ef = echo::comp::error_feedback<echo::comp::int8_state>;  // int8 codes of the error
-  // in units of the data step, where the grid holds zero (else int8 codes again)
-  using efs = std::conditional_t<Q::holds_zero, echo::comp::error_feedback<echo::comp::step8_state>, ef>;
+  // the default state: in units of the data step where the grid holds zero, else (naive_zero_point)
+  // in units of a step fitted to the errors
+  using efs = echo::comp::error_feedback<>;
   using ef16 = echo::comp::error_feedback<echo::bfloat16_t>;
   using none = echo::comp::none;
   sweep_one<Q, none, float, Transport>();

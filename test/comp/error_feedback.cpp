@@ -16,7 +16,7 @@ using echo::half_t;
 namespace comp = echo::comp;
 
 static_assert(comp::error_feedback<>::keeps_state, "");
-static_assert(std::is_same<comp::error_feedback<>::storage, bfloat16_t>::value, "bf16 by default (fastest measured)");
+static_assert(std::is_same<comp::error_feedback<>::storage, comp::step8_state>::value, "step8 by default (docs/benchmarks.md)");
 static_assert(std::is_same<comp::error_feedback<bfloat16_t>::storage, bfloat16_t>::value, "");
 static_assert(std::is_same<comp::error_feedback<half_t>::storage, half_t>::value, "");
 static_assert(!comp::none::keeps_state, "");
@@ -240,6 +240,36 @@ TEST_CASE_TEMPLATE("step8_state: a reference call stores each error to 1/256 of 
     }
     CHECK(checked == static_cast<size_t>(P) * n);
     CHECK(clamped * 100 <= checked);  // these grids clamp rarely if ever (za8's off-centre top values)
+  }
+  CHECK(fails.failures == 0);
+}
+
+TEST_CASE("step8_state with a grid without zero (naive_zero_point): the step of the errors' own range") {
+  using Q = echo::quant::naive_zero_point<4, 64>;
+  static_assert(!Q::holds_zero, "");
+  ECHO_TEST_RNG(rng);
+  echo_test::failure_counter fails;
+  for (int P : {2, 3}) {
+    const size_t n = rng.uniform_int<size_t>(1, 5000);
+    CAPTURE(P);
+    CAPTURE(n);
+    echo_test::ranks_data<bfloat16_t> d(P, n);
+    d.randomize(rng);
+    echo::reference::all_reduce<Q, comp::error_feedback<float>> exact(P);
+    echo::reference::all_reduce<Q, comp::error_feedback<comp::step8_state>> coded(P);
+    echo::reference::chain_state<comp::error_feedback<float>> ce(P, n);
+    echo::reference::chain_state<comp::error_feedback<comp::step8_state>> cs(P, n);
+    auto o = d.out_ptrs();
+    exact(d.in_ptrs(), o, n, &ce);
+    coded(d.in_ptrs(), o, n, &cs);
+    for (int r = 0; r < P; ++r)
+      for (size_t b = 0; b < n; b += 32) {
+        double m = 0.0;
+        for (size_t k = b; k < std::min(n, b + 32); ++k) m = std::max(m, std::fabs(static_cast<double>(ce.error(r, k))));
+        for (size_t k = b; k < std::min(n, b + 32); ++k)  // half a unit of m / 127 (fp16 step rounded up)
+          ECHO_EXPECT(fails, std::fabs(static_cast<double>(cs.error(r, k)) - ce.error(r, k)) <= 0.5 * m / 127 * 1.002,
+                      "rank " << r << " element " << k << ": error " << ce.error(r, k) << " stored " << cs.error(r, k));
+      }
   }
   CHECK(fails.failures == 0);
 }

@@ -34,12 +34,6 @@ struct no_state {
   using raw = int;
   static constexpr bool data_step = false;
 };
-/// Whether quantizer Q's grid holds zero (quant::none has no grid: its values are exact).
-template <class Q, bool = Q::quantizes>
-struct holds_zero : std::true_type {};
-template <class Q>
-struct holds_zero<Q, true> : std::integral_constant<bool, Q::holds_zero> {};
-
 template <class Comp, bool = Comp::keeps_state>
 struct storage_of {
   using type = no_state;
@@ -61,9 +55,10 @@ struct tile_stages {
   static constexpr bool keeps = Comp::keeps_state;
 
   using storage = typename detail::storage_of<Comp>::type;
-  static_assert(!storage::data_step || detail::holds_zero<typename Cfg::quant>::value,
-                "echo: comp::step_state needs a quantizer whose grid holds zero (zero_aware, symmetric): "
-                "with naive_zero_point the output's rounding error is not bounded by the step");
+  /// The storage takes the data group's step (comp::step_state) where the call quantizes on a grid
+  /// that holds zero; otherwise (quant::none, naive_zero_point) it fits a step to its own errors.
+  static constexpr bool by_data_step =
+      storage::data_step && Cfg::quant::quantizes && Cfg::quant::holds_zero;
 
   /// The loads of a lane's entry operands (x and its stored error), issued ahead of use.
   struct operands {
@@ -97,14 +92,14 @@ struct tile_stages {
   }
 
   /// Store what the chain keeps for the errors e that quantizing with r (group parameters p)
-  /// made (every lane calls it). A storage in units of the data step (comp::step_state) gets the
+  /// made (every lane calls it). A storage in units of the data step (by_data_step) gets the
   /// data group's step from them (the codec's own, not recomputed: a second 1 / s per lane cost
   /// the heavy policy registers it spilled, docs/benchmarks.md).
   __device__ __forceinline__ static void keep_errors(const state_ref& st, size_t first, int valid, float (&e)[V],
                                                      const packed& r, const quant::group_params& p) {
 #pragma unroll
     for (int i = 0; i < V; ++i) e[i] = Comp::keep(e[i]);
-    if constexpr (storage::data_step && Cfg::quant::quantizes)
+    if constexpr (by_data_step)
       storage::template store<V>(st.data, st.n, first, valid, e, r.w, p);
     else
       storage::template store<V>(st.data, st.n, first, valid, e);

@@ -15,13 +15,13 @@ namespace echo::comp {
 ///  - for a segment it sends: e = x' - D(Q(x'));
 ///  - for its own segment:    e = S - out, the error of quantizing the sum (and of rounding it to
 ///                            the output type).
-/// Storage: the error rounded to bfloat16_t (the default: 2 bytes a value, the fastest measured on
-/// H200), half_t, or kept exactly as float (4 bytes); or int8_state / int4_state: 1 + 1/16 or
-/// 1/2 + 1/16 bytes a value, codes with their own step per 32 values, cheaper in memory traffic
-/// but dearer in instructions (docs/benchmarks.md: slower on H200 today); or step8_state /
-/// step4_state: the same bytes, in units of the data group's step (no fit of its own).
-/// docs/depth-experiment.md measures what each keeps of the error.
-template <class Storage = bfloat16_t>
+/// Storage: step8_state (the default): the error as 8-bit codes in units of the step of the data
+/// group that made it, 1 + 1/16 bytes a value; on H200 as fast as bf16 at 1 GiB and 2-3 % faster
+/// from 16 to 256 MiB, in half the memory, and as flat along depth (docs/benchmarks.md, ninth
+/// session; docs/depth-experiment.md). step4_state: half the bytes, but it loses 1/8 of each
+/// error per call. bfloat16_t / half_t: the error rounded (2 bytes); float: kept exactly (4).
+/// int8_state / int4_state: codes with their own fitted step per 32 values (more instructions).
+template <class Storage = step8_state>
 struct error_feedback {
   static_assert(std::is_same<Storage, float>::value || std::is_same<Storage, bfloat16_t>::value ||
                     std::is_same<Storage, half_t>::value || std::is_same<Storage, int8_state>::value ||

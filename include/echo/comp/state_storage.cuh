@@ -1,5 +1,6 @@
 // How a chain keeps its stored errors: state_storage<S> for S in {float, bfloat16_t, half_t,
-// int8_state, int4_state}. Host (the reference) and device (the pipeline) share the numerics.
+// int8_state, int4_state, step8_state, step4_state}. Host (the reference) and device (the
+// pipeline) share the numerics.
 #pragma once
 
 #include "../detail/ceil_div.cuh"
@@ -40,9 +41,9 @@ using int4_state = int_state<4>;
 /// docs/depth-experiment.md measures what that does along depth. A call that does not quantize
 /// (quant::none through the pipeline) has no data step: it fits one to its own errors per 32 and
 /// stores it the same way, with the fp16 step capped at 65504 (errors beyond about 6.5e4 clamp,
-/// where int_state holds about 8e6). Quantizers whose grid does not hold zero
-/// (naive_zero_point) are refused at compile time: a group far from zero decodes far from it,
-/// and rounding that to bf16 can err by many steps.
+/// where int_state holds about 8e6). A quantizer whose grid does not hold zero
+/// (quant::group_contract::holds_zero false: naive_zero_point) takes that own-step path too: a
+/// group far from zero decodes far from it, and rounding that to bf16 can err by many steps.
 template <int Bits>
 struct step_state {
   static_assert(Bits == 4 || Bits == 8, "echo::comp::step_state: Bits must be 4 or 8");

@@ -89,7 +89,8 @@ struct group_contract {
   static constexpr int group = Group;
   static constexpr bool quantizes = true;
   /// Whether zero is on the grid, so that every decoded value is within 2^b steps of zero (what
-  /// comp::step_state relies on to keep the error of rounding the output in units of the step).
+  /// comp::step_state relies on to keep the error of rounding the output in units of the data
+  /// step; without it, step_state fits a step to the errors themselves).
   static constexpr bool holds_zero = true;
   static constexpr uint32_t max_code = (1u << Bits) - 1u;
   /// Bytes of packed codes per group (g * b is a multiple of 32 for every supported pair).

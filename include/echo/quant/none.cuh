@@ -11,6 +11,7 @@ struct none {
   static constexpr bool quantizes = false;
   static constexpr int bits = 16;  // for fp32 inputs the wire carries 32 bits
   static constexpr int group = 1;
+  static constexpr bool holds_zero = true;  // no grid: values travel exact (group_contract's member)
 };
 
 }  // namespace echo::quant

@@ -98,9 +98,8 @@ class all_reduce {
 
     std::vector<std::vector<float>> err(Comp::keeps_state ? P : 0, std::vector<float>(n));
     // Per rank, the parameters of the data group of every 32 errors (comp::step_state's step).
-    constexpr bool by_step = chain::by_data_step && Quant::quantizes;
-    if constexpr (by_step)
-      static_assert(Quant::holds_zero, "echo::reference: comp::step_state needs a quantizer whose grid holds zero");
+    // (A grid without zero, naive_zero_point, or no grid: the storage fits its own step.)
+    constexpr bool by_step = chain::by_data_step && Quant::quantizes && Quant::holds_zero;
     std::vector<std::vector<quant::group_params>> steps(by_step ? P : 0, std::vector<quant::group_params>((n + 31) / 32));
     const detail::partition part{n, detail::granule_of<Quant>(), P};
     for (int j = 0; j < P; ++j) {

@@ -38,8 +38,15 @@ struct comp_names<echo::comp::error_feedback<echo::comp::int8_state>> {
   static constexpr const char* storage = "int8";
 };
 
+template <>
+struct comp_names<echo::comp::error_feedback<echo::comp::step8_state>> {
+  static constexpr const char* comp = "error_feedback";
+  static constexpr const char* storage = "step8";
+};
+
 /// Every quantizer of the tables is instantiated with each of these.
-using compensators = type_list<echo::comp::none, echo::comp::error_feedback<echo::comp::int8_state>,
+using compensators = type_list<echo::comp::none, echo::comp::error_feedback<echo::comp::step8_state>,
+                               echo::comp::error_feedback<echo::comp::int8_state>,
                                echo::comp::error_feedback<echo::bfloat16_t>, echo::comp::error_feedback<float>>;
 
 /// Table keys: quant::none has no bits or group (0, 0).

@@ -136,7 +136,7 @@ NB_MODULE(_reference, m) {
 
   nb::class_<chain_base>(m, "ChainState",
                          "Error-feedback state of one chain over `ranks` simulated ranks (echo::reference::chain_state).")
-      .def(nb::new_(&make_chain), "ranks"_a, "capacity"_a, "storage"_a = "bf16")
+      .def(nb::new_(&make_chain), "ranks"_a, "capacity"_a, "storage"_a = "step8")
       .def_prop_ro("ranks", &chain_base::ranks)
       .def_prop_ro("capacity", &chain_base::capacity)
       .def_prop_ro("storage", &chain_base::storage)
