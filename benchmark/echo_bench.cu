@@ -17,8 +17,6 @@
 //                      128 registers, 32 values a lane) with the L2 prefetch, at every size: does
 //                      the heavy policy's register cap still pay?
 //   echo_int8          zero_aware<8,128>, comp::none
-//   echo_int8_heavy    the same under the heavy wide policy at every size (3 blocks a SM, 16 values
-//                      a lane: where 8-bit ran from 128 MiB until the ninth session)
 //   echo_int8_ef       zero_aware<8,128>, error_feedback<> (step8 state); echo_int8_ef16: bf16
 //   echo_dispatch      zero_aware<4,128>, error_feedback<>, default options: the size dispatch of
 //                      echo::dispatch_table (what a user gets)
@@ -110,7 +108,6 @@ const std::vector<variant_spec>& variants() {
       {"echo_int4_efs4", make_echo<za4, efs4>},
       {"echo_int4_ef_lean", make_echo<za4, ef, true, ipc, prefetching<256, 2, 32, 1, 1, 16384>>},
       {"echo_int8", make_echo<za8, c0>},
-      {"echo_int8_heavy", make_echo<za8, c0, true, ipc, prefetching<256, 3, 16, 1, 1, 8192>>},
       {"echo_int8_ef", make_echo<za8, ef>},
       {"echo_int8_ef16", make_echo<za8, ef16>},
       {"echo_dispatch", make_echo<za4, ef, dispatched>},

@@ -9,8 +9,9 @@
 namespace echo::collective {
 
 /// What a call asks of the pipeline, which picks its wide policy (wide_policy_t):
-///   heavy  it keeps error-feedback state: more operands in registers; it wants more warps;
-///   lean   quantized without state: gains more from 32 values a lane at fewer warps;
+///   heavy  it keeps error-feedback state, or codes above 4 bits (whose codec takes 16 values a
+///          lane): more operands in registers; it wants more warps;
+///   lean   4 bits or fewer without state: gains more from 32 values a lane at fewer warps;
 ///   plain  the 16-bit pipeline without state: bound by the link, little arithmetic; from 64 MiB
 ///          fewer warps win (docs/benchmarks.md, seventh session).
 enum class call_weight { lean, heavy, plain };
@@ -33,7 +34,7 @@ struct wide_of<wide_by_call<Lean, Heavy, Plain>, Self> : wide_by_call<Lean, Heav
 
 template <class Q, class Comp>
 constexpr call_weight weight_of() {
-  if constexpr (Q::quantizes) return Comp::keeps_state ? call_weight::heavy : call_weight::lean;
+  if constexpr (Q::quantizes) return Comp::keeps_state || Q::bits > 4 ? call_weight::heavy : call_weight::lean;
   else return Comp::keeps_state ? call_weight::heavy : call_weight::plain;
 }
 }  // namespace detail

@@ -47,14 +47,17 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
 template <class Q, class T, int LaneValues, class = void>
 struct tile_codec;
 
-/// Group quantizers. V values a lane: LaneValues (16 or 32; 8-bit codes of 32 values are two
-/// 16-byte accesses), raised to the fewest values whose codes fill whole 32-bit words (32 for 3
-/// bits); LANES = g / V consecutive lanes share a group.
+/// Group quantizers. V values a lane: LaneValues (16 or 32; at most 16 above 4 bits, so that a
+/// lane's codes are at most 16 bytes: 8-bit at 32 values a lane under the lean wide policy ran
+/// 1.51x NCCL at 1 GiB against 1.79x at 16 under the heavy one, docs/benchmarks.md, ninth
+/// session), raised to the fewest values whose codes fill whole 32-bit words (32 for 3 bits);
+/// LANES = g / V consecutive lanes share a group.
 template <class Q, class T, int LaneValues>
 struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
   static constexpr int bits = Q::bits;
   static constexpr int unit = 32 / (bits & -bits);
-  static constexpr int V = unit > LaneValues ? unit : LaneValues;
+  static constexpr int wanted = bits <= 4 ? LaneValues : 16;
+  static constexpr int V = unit > wanted ? unit : wanted;
   static constexpr int LANES = Q::group / V;
   static constexpr int WORDS = V * bits / 32;
   static_assert(V * bits % 32 == 0 && Q::group % V == 0 && LANES <= 32 && (LANES & (LANES - 1)) == 0,
