@@ -61,7 +61,7 @@ const char* const usage_text =
     "  -d TYPE        bf16 | fp16 | fp32 (also bfloat16, half, float; default bf16)\n"
     "  -q QUANT       zero_aware | symmetric | naive_zero_point | none (default zero_aware)\n"
     "  -B BITS        4 | 8 (default 4)      -G GROUP   128 (default 128)\n"
-    "  -c COMP        none | error_feedback (bf16 state; default none)\n"
+    "  -c COMP        none | error_feedback (the default state, step8; default none)\n"
     "  -t TRANSPORT   cuda_ipc | nccl (default cuda_ipc)\n"
     "  -N 0|1         also run NCCL's all-reduce at every size (default 1)\n"
     "  -D 0|1         1: echo::dispatch_table picks the path by size (what a user gets);\n"
@@ -152,7 +152,7 @@ const char* type_name(echo::dtype t) {  // nccl-tests' names
 std::string config_name(const config& c) {
   std::string q = c.quant == "none" ? "none" : c.quant + "<" + std::to_string(c.bits) + "," + std::to_string(c.group) + ">";
   return "echo::all_reduce<" + q + ", " + (c.transport == transport_kind::nccl ? "nccl" : "cuda_ipc") + ", " +
-         (c.comp == comp_kind::error_feedback ? "error_feedback<bf16>" : "none") + ">";
+         (c.comp == comp_kind::error_feedback ? "error_feedback<step8>" : "none") + ">";
 }
 
 /// nccl-tests' time format: 7 wide, fewer decimals as it grows.

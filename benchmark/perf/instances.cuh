@@ -1,7 +1,7 @@
 // echo-perf's runtime choice of quantizer x compensator x transport x element type, mapped onto
 // compiled echo_runner instantiations. Deliberately small (each entry compiles Echo's kernels
 // for 3 element types x 2 transports x 2 compensators): zero_aware 4 and 8 bits, symmetric 4,
-// naive_zero_point 4 (groups of 128), and quant::none; comp::none and error_feedback<bf16>.
+// naive_zero_point 4 (groups of 128), and quant::none; comp::none and error_feedback<> (step8).
 #pragma once
 
 #include "../harness/context.cuh"
