@@ -11,7 +11,7 @@ A backend is named by a spec string, so that a flag switches it:
                               algorithm with fp32 error state, on the device of the tensors)
 
 QUANT is <za|nz|sym|none><bits>g<group>[+ef], e.g. za4g128+ef (zero_aware, 4 bits, groups of
-128, error_feedback); options after colons: storage=int8|int4|float|bf16|f16,
+128, error_feedback); options after colons: storage=step8|int8|float|bf16,
 transport=cuda_ipc|nccl, below=<unquantized_below_bytes>. `echo` alone takes the package's
 defaults.
 

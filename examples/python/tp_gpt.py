@@ -137,7 +137,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--bits", type=int, default=4, help="zero_aware bits (4 or 8)")
     p.add_argument("--comp", default="error_feedback", choices=["error_feedback", "none"])
-    p.add_argument("--storage", default="int8", choices=["int8", "bf16", "float"])
+    p.add_argument("--storage", default="step8", choices=["step8", "int8", "bf16", "float"])
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--tp", type=int, default=2, help="ranks to spawn when not started by torchrun")
     args = p.parse_args()

@@ -29,7 +29,8 @@ def rank_inputs(call, n, dtype, world=P):
 CONFIGS = [
     dict(quant="zero_aware", bits=4, group_size=128, comp="error_feedback", storage=STORAGES[0]),
     dict(quant="zero_aware", bits=8, group_size=64, comp="none"),
-    dict(quant="symmetric", bits=4, group_size=128, comp="error_feedback", storage=STORAGES[-1]),
+    dict(quant="symmetric", bits=4, group_size=128, comp="error_feedback", storage="int8"),
+    dict(quant="naive_zero_point", bits=4, group_size=128, comp="error_feedback", storage="step8"),
     dict(quant="naive_zero_point", bits=4, group_size=128, comp="none"),
     dict(quant="none", comp="none"),
 ]

@@ -16,10 +16,12 @@ namespace echo::comp {
 ///  - for its own segment:    e = S - out, the error of quantizing the sum (and of rounding it to
 ///                            the output type).
 /// Storage: step8_state (the default): the error as 8-bit codes in units of the step of the data
-/// group that made it, 1 + 1/16 bytes a value; on H200 as fast as bf16 at 1 GiB and 2-3 % faster
+/// group that made it, 1 + 1/16 bytes a value; on H200 as fast as bf16 at 1 GiB and 1-4 % faster
 /// from 16 to 256 MiB, in half the memory, and as flat along depth (docs/benchmarks.md, ninth
 /// session; docs/depth-experiment.md). step4_state: half the bytes, but it loses 1/8 of each
-/// error per call. bfloat16_t / half_t: the error rounded (2 bytes); float: kept exactly (4).
+/// error per call. (Both fit a step of their own where a call has no data step on a grid that
+/// holds zero: quant::none, naive_zero_point.) bfloat16_t / half_t: the error rounded (2 bytes);
+/// float: kept exactly (4).
 /// int8_state / int4_state: codes with their own fitted step per 32 values (more instructions).
 template <class Storage = step8_state>
 struct error_feedback {

@@ -54,12 +54,15 @@ class chain_state {
       n_ = n;
     }
   }
-  /// Whether the storage keeps errors in units of their data group's step (comp::step_state).
+  /// Whether the storage can keep errors in units of their data group's step (comp::step_state);
+  /// a call uses it only where it quantizes on a grid that holds zero (reference::all_reduce,
+  /// collective::tile_stages::by_data_step), else the storage fits a step of its own.
   static constexpr bool by_data_step = comp::by_data_step<Comp>::value;
 
   /// Store rank r's errors of a call on n elements (e[0..n), already passed through Comp::keep).
   /// steps: for a storage by_data_step, the parameters of the data group of every 32 elements
-  /// (steps[k] for [32k, 32k + 32)), or null for a call that does not quantize.
+  /// (steps[k] for [32k, 32k + 32)), or null for a call without a data step (no quantization, or
+  /// a grid without zero): the storage then fits its own.
   void set_errors(int r, const std::vector<float>& e, size_t n, const quant::group_params* steps = nullptr) {
     continues_ = true;
     if constexpr (Comp::keeps_state) {

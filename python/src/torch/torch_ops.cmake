@@ -33,7 +33,7 @@ endforeach()
 
 # One generated translation unit per quantizer: "<family of src/common/quantizers.hpp> <its length>
 # <transport>" (a stale length fails the build with a static_assert). Each holds the quantizer's
-# all_reduce with every compensator: about 4 full pipelines, the unit of a parallel build.
+# all_reduce with every compensator: about 5 full pipelines, the unit of a parallel build.
 set(echo_py_families
   "zero_aware_4 3 cuda_ipc"
   "zero_aware_8 3 cuda_ipc"
