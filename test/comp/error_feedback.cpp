@@ -178,25 +178,45 @@ TEST_CASE_TEMPLATE("step8_state / step4_state: the error in units of its data gr
   CHECK(comp::state_storage<S>::bytes(4096) == 4096 * S::bits / 8 + 4096 / 32 * 2);
 }
 
-TEST_CASE_TEMPLATE("step8_state: a reference call stores each error to 1/256 of its data group's step", Q,
-                   echo::quant::zero_aware<4, 128>, echo::quant::symmetric<8, 32>, echo::quant::zero_aware<3, 64>) {
+/// One reference call of quantizer Q on fresh random bf16 inputs of P ranks and n values, its
+/// errors kept exactly (ce) and as step8 codes (cs).
+template <class Q>
+struct step8_call {
+  echo_test::ranks_data<bfloat16_t> d;
+  echo::reference::chain_state<comp::error_feedback<float>> ce;
+  echo::reference::chain_state<comp::error_feedback<comp::step8_state>> cs;
+  bool same_output = false;  // the state only matters from the next call on
+  step8_call(int P, size_t n, echo_test::rng& rng) : d(P, n), ce(P, n), cs(P, n) {
+    d.randomize(rng);
+    auto o = d.out_ptrs();
+    echo::reference::all_reduce<Q, comp::error_feedback<float>>{P}(d.in_ptrs(), o, n, &ce);
+    const auto first = d.out;
+    echo::reference::all_reduce<Q, comp::error_feedback<comp::step8_state>>{P}(d.in_ptrs(), o, n, &cs);
+    same_output = echo_test::same_bytes(first[0], d.out[0]);
+  }
+};
+
+/// f(call, P, n) for a call at P = 2 and at P = 3, each of a random n.
+template <class Q, class F>
+void for_step8_calls(F&& f) {
   ECHO_TEST_RNG(rng);
-  echo_test::failure_counter fails;
   for (int P : {2, 3}) {
     const size_t n = rng.uniform_int<size_t>(1, 5000);
     CAPTURE(P);
     CAPTURE(n);
-    echo_test::ranks_data<bfloat16_t> d(P, n);
-    d.randomize(rng);
-    echo::reference::all_reduce<Q, comp::error_feedback<float>> exact(P);
-    echo::reference::all_reduce<Q, comp::error_feedback<comp::step8_state>> coded(P);
-    echo::reference::chain_state<comp::error_feedback<float>> ce(P, n);
-    echo::reference::chain_state<comp::error_feedback<comp::step8_state>> cs(P, n);
-    auto o = d.out_ptrs();
-    exact(d.in_ptrs(), o, n, &ce);
-    const auto first = d.out;
-    coded(d.in_ptrs(), o, n, &cs);
-    CHECK(echo_test::same_bytes(first[0], d.out[0]));  // the state only matters from the next call on
+    const step8_call<Q> c(P, n, rng);
+    CHECK(c.same_output);
+    f(c, P, n);
+  }
+}
+
+TEST_CASE_TEMPLATE("step8_state: a reference call stores each error to 1/256 of its data group's step", Q,
+                   echo::quant::zero_aware<4, 128>, echo::quant::symmetric<8, 32>, echo::quant::zero_aware<3, 64>) {
+  echo_test::failure_counter fails;
+  for_step8_calls<Q>([&](const step8_call<Q>& c, int P, size_t n) {
+    const auto& d = c.d;
+    const auto& ce = c.ce;
+    const auto& cs = c.cs;
     // The data groups' steps, recomputed here: senders quantize their input, owners the sum of
     // their own input and the receipts in rank order.
     const echo::detail::partition part{n, static_cast<size_t>(Q::group), P};
@@ -240,28 +260,17 @@ TEST_CASE_TEMPLATE("step8_state: a reference call stores each error to 1/256 of 
     }
     CHECK(checked == static_cast<size_t>(P) * n);
     CHECK(clamped * 100 <= checked);  // these grids clamp rarely if ever (za8's off-centre top values)
-  }
+  });
   CHECK(fails.failures == 0);
 }
 
 TEST_CASE("step8_state with a grid without zero (naive_zero_point): the step of the errors' own range") {
   using Q = echo::quant::naive_zero_point<4, 64>;
   static_assert(!Q::holds_zero, "");
-  ECHO_TEST_RNG(rng);
   echo_test::failure_counter fails;
-  for (int P : {2, 3}) {
-    const size_t n = rng.uniform_int<size_t>(1, 5000);
-    CAPTURE(P);
-    CAPTURE(n);
-    echo_test::ranks_data<bfloat16_t> d(P, n);
-    d.randomize(rng);
-    echo::reference::all_reduce<Q, comp::error_feedback<float>> exact(P);
-    echo::reference::all_reduce<Q, comp::error_feedback<comp::step8_state>> coded(P);
-    echo::reference::chain_state<comp::error_feedback<float>> ce(P, n);
-    echo::reference::chain_state<comp::error_feedback<comp::step8_state>> cs(P, n);
-    auto o = d.out_ptrs();
-    exact(d.in_ptrs(), o, n, &ce);
-    coded(d.in_ptrs(), o, n, &cs);
+  for_step8_calls<Q>([&](const step8_call<Q>& c, int P, size_t n) {
+    const auto& ce = c.ce;
+    const auto& cs = c.cs;
     for (int r = 0; r < P; ++r)
       for (size_t b = 0; b < n; b += 32) {
         double m = 0.0;
@@ -270,7 +279,7 @@ TEST_CASE("step8_state with a grid without zero (naive_zero_point): the step of 
           ECHO_EXPECT(fails, std::fabs(static_cast<double>(cs.error(r, k)) - ce.error(r, k)) <= 0.5 * m / 127 * 1.002,
                       "rank " << r << " element " << k << ": error " << ce.error(r, k) << " stored " << cs.error(r, k));
       }
-  }
+  });
   CHECK(fails.failures == 0);
 }
 
