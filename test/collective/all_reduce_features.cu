@@ -85,6 +85,11 @@ TEST_CASE("deferred state update gives the fused result") {
   for (int k = 0; k < 5; ++k) rc.step(300001, false, echo::state_update::deferred);
   reference_check<echo::quant::symmetric<8, 32>, ef32, float> rc2(4097);
   for (int k = 0; k < 3; ++k) rc2.step(4097, false, echo::state_update::deferred);
+  // The default state (step8): by the data step, and by its own step on a grid without zero.
+  reference_check<za4, efs8, bf16> rs(300001);
+  for (int k = 0; k < 4; ++k) rs.step(300001, false, k % 2 ? echo::state_update::fused : echo::state_update::deferred);
+  reference_check<echo::quant::naive_zero_point<4, 128>, efs8, bf16> rn(300001);
+  for (int k = 0; k < 4; ++k) rn.step(300001, false, k % 2 ? echo::state_update::fused : echo::state_update::deferred);
   if (runnable<echo::transport::nccl>()) {
     reference_check<za4, ef8, bf16, echo::transport::nccl> rc3(300001);
     for (int k = 0; k < 4; ++k) rc3.step(300001, false, k % 2 ? echo::state_update::deferred : echo::state_update::fused);
