@@ -101,8 +101,8 @@ void bench_context::time_batch_single(runner& run, size_t n, int calls, bool in_
   sync_all();
 }
 
-/// Every rank's worker records its start event, issues `calls` calls and records its stop event;
-/// returns with the streams drained. A rank that failed to launch leaves its peers waiting inside
+/// Every rank's worker issues one untimed call, records its start event, issues `calls` calls and
+/// records its stop event; returns with the streams drained. A rank that failed to launch leaves its peers waiting inside
 /// NCCL: if they do not drain, that is fatal (the hang handler).
 void bench_context::time_batch_threaded(runner& run, size_t n, int calls, bool in_place) {
   const hang_handler hang = on_hang_ ? on_hang_ : default_hang;
@@ -114,6 +114,11 @@ void bench_context::time_batch_threaded(runner& run, size_t n, int calls, bool i
   const auto job = [&](int r) {
     const rank_res& R = rank(r);
     ECHO_CUDA_TRY(cudaSetDevice(R.device));
+    // One untimed call first, so every rank's start event fires when all ranks have arrived: the
+    // workers wake from one notify at different times, and the earliest rank's batch would
+    // otherwise include its wait for the latest (the single-thread path launches every rank
+    // within microseconds). docs/benchmarks.md, tenth session, measures what it changed.
+    run.call_rank(r, n, in_place);
     ECHO_CUDA_TRY(cudaEventRecord(R.start, R.stream));
     for (int i = 0; i < calls; ++i) run.call_rank(r, n, in_place);
     ECHO_CUDA_TRY(cudaEventRecord(R.stop, R.stream));

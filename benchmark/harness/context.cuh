@@ -8,7 +8,8 @@
 // which one thread driving several ranks cannot do) get one persistent worker per rank
 // (rank_pool): the calling thread hands every worker "run k calls" and waits for all of them.
 // Either way a batch of calls is bracketed by CUDA events on every rank's stream; a batch's time
-// is the largest elapsed time over the ranks. A threaded batch that does not drain within
+// is the largest elapsed time over the ranks. A threaded batch starts with one untimed call, so
+// that the workers' wake-up skew is not timed. A threaded batch that does not drain within
 // hang_seconds (a hung NCCL connection, or a rank that failed to launch while its peers wait for
 // it inside NCCL) cannot be recovered in-process: the hang handler is called and must not return.
 #pragma once
