@@ -9,6 +9,7 @@
 #pragma once
 
 #include "../detail/ceil_div.cuh"
+#include "../detail/dependent_launch.cuh"
 #include "../detail/fp_ops.cuh"
 #include "../detail/sync.cuh"
 #include "../detail/vector_io.cuh"
@@ -47,6 +48,7 @@ __global__ void __launch_bounds__(Threads) oneshot_kernel(const oneshot_params<T
   constexpr int V = 16 / sizeof(T);  // one 16-byte vector a thread and step
   using echo::detail::wait_result;
   __shared__ int s_why;
+  echo::detail::wait_prior_grid();  // launched by detail::launch_dependent
   uint32_t* const sync = reinterpret_cast<uint32_t*>(p.local);
   const auto frame = detail::begin_launch(sync, nullptr, 0, p.status);
   if (frame.poisoned) return;

@@ -25,6 +25,7 @@
 #pragma once
 
 #include "../detail/ceil_div.cuh"
+#include "../detail/dependent_launch.cuh"
 #include "../detail/partition.cuh"
 #include "../detail/sync.cuh"
 #include "../error.cuh"
@@ -152,6 +153,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   const size_t warp = static_cast<size_t>(blockIdx.x) * Cfg::warps + threadIdx.x / 32;
   const size_t W = static_cast<size_t>(gridDim.x) * Cfg::warps;
   const size_t lag = static_cast<size_t>(Cfg::policy::stage_lag) * W;  // push -> reduce -> gather distance
+  echo::detail::wait_prior_grid();  // launched by detail::launch_dependent
   uint32_t* const sync = reinterpret_cast<uint32_t*>(p.local);
   const uint32_t* const abort = sync + echo::detail::sync_words::abort;
   const auto frame = detail::begin_launch(sync, p.state, p.n, p.status);

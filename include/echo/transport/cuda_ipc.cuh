@@ -14,6 +14,7 @@
 #include "../communicator.cuh"
 #include "../detail/ceil_div.cuh"
 #include "../detail/cuda_check.cuh"
+#include "../detail/dependent_launch.cuh"
 #include "../detail/device_guard.cuh"
 #include "../detail/mapped_status.cuh"
 #include "../detail/preload.cuh"
@@ -204,6 +205,7 @@ struct cuda_ipc {
       cudaDeviceProp prop{};
       ECHO_CUDA_TRY(cudaGetDeviceProperties(&prop, comm.device()));
       sms_ = prop.multiProcessorCount;
+      programmatic_ = prop.major >= 9;
       gpu_name_ = prop.name;
       const int P = comm.size();
       if (opt.wide_policy_from_bytes >= 0) {
@@ -435,7 +437,7 @@ struct cuda_ipc {
         p.t_begin = t0;
         p.t_end = std::min(pl.tiles0, t0 + per_launch);
         p.last = p.t_end == pl.tiles0;
-        kernel<<<pl.grid, Cfg::threads, 0, stream>>>(p);
+        if (echo::detail::launch_dependent(kernel, pl.grid, Cfg::threads, stream, programmatic_, p) != cudaSuccess) break;
       }
       return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
     }
@@ -467,7 +469,7 @@ struct cuda_ipc {
       const int most = std::max(1, std::min(64, sms_ * 2 / ranks_per_device()));  // 2 x 512 threads an SM fit
       const int grid = static_cast<int>(std::min<size_t>(static_cast<size_t>(most), std::max<size_t>(1, blocks)));
       p.sig = echo::detail::signature().add(c.sig).add(grid).add(2).value();
-      collective::oneshot_kernel<T, threads><<<grid, threads, 0, stream>>>(p);
+      (void)echo::detail::launch_dependent(collective::oneshot_kernel<T, threads>, grid, threads, stream, programmatic_, p);
       return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
     }
 
@@ -491,6 +493,7 @@ struct cuda_ipc {
     communicator comm_;
     all_reduce_options opt_;
     int sms_ = 1;
+    bool programmatic_ = false;  ///< launches overlap the previous kernel's completion (sm_90)
     std::string gpu_name_;
     collective::workspace_layout layout_{};
     std::unique_ptr<symmetric_buffer> buffer_;

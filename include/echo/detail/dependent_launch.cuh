@@ -1,0 +1,52 @@
+// Programmatic dependent launch (sm_90): a kernel launched this way may be scheduled while the
+// kernel ahead of it in the stream is still finishing, so its launch overlaps that kernel's
+// completion instead of following it. The kernel must call wait_prior_grid() before it touches
+// any memory: that waits until the kernel ahead has completed and its writes are visible, which
+// keeps stream order for everything after it. Below sm_90 both are plain stream order.
+#pragma once
+
+#include "../config.cuh"
+
+#if ECHO_HAS_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include <utility>
+
+namespace echo::detail {
+
+#if ECHO_HAS_CUDA
+
+/// First statement of a kernel launched by launch_dependent: waits for the grid ahead of it in
+/// the stream (all its blocks exited, its memory flushed). No-op below sm_90 and when the launch
+/// was not programmatic.
+__device__ __forceinline__ void wait_prior_grid() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/// kernel<<<grid, threads, 0, stream>>>(args...), marked as allowed to launch before the kernel
+/// ahead of it completes when `programmatic` (the device is sm_90 or newer). No explicit trigger
+/// is issued by Echo's kernels: the kernel ahead releases its dependents as its blocks exit, so
+/// a persistent grid never shares the GPU with the next one before it has finished its work
+/// (which the ranks of one GPU rely on: their grids must all be resident at once).
+template <class... Params, class... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), int grid, int threads, cudaStream_t stream, bool programmatic,
+                             Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = programmatic ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+#endif
+
+}  // namespace echo::detail
