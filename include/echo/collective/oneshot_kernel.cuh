@@ -41,7 +41,6 @@ struct oneshot_params {
   unsigned char* const* peer;  ///< device array: every rank's workspace, as this device maps it
   uint64_t spin_limit_ns;
   int* status;
-  bool release_early;  ///< release the next launch at once (detail::release_dependents)
 };
 
 template <class T, int Threads>
@@ -50,7 +49,6 @@ __global__ void __launch_bounds__(Threads) oneshot_kernel(const oneshot_params<T
   using echo::detail::wait_result;
   __shared__ int s_why;
   echo::detail::wait_prior_grid();  // launched by detail::launch_dependent
-  if (p.release_early) echo::detail::release_dependents();
   uint32_t* const sync = reinterpret_cast<uint32_t*>(p.local);
   const auto frame = detail::begin_launch(sync, nullptr, 0, p.status);
   if (frame.poisoned) return;

@@ -57,7 +57,6 @@ struct pipeline_params {
   unsigned char* const* peer;  ///< device array: every rank's workspace, as this device maps it
   uint64_t spin_limit_ns;
   int* status;                 ///< host-mapped; a launch that gives up writes its echo::status there
-  bool release_early;          ///< release the next launch at once (detail::release_dependents)
 };
 
 namespace detail {
@@ -155,7 +154,6 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   const size_t W = static_cast<size_t>(gridDim.x) * Cfg::warps;
   const size_t lag = static_cast<size_t>(Cfg::policy::stage_lag) * W;  // push -> reduce -> gather distance
   echo::detail::wait_prior_grid();  // launched by detail::launch_dependent
-  if (p.release_early) echo::detail::release_dependents();
   uint32_t* const sync = reinterpret_cast<uint32_t*>(p.local);
   const uint32_t* const abort = sync + echo::detail::sync_words::abort;
   const auto frame = detail::begin_launch(sync, p.state, p.n, p.status);

@@ -26,21 +26,11 @@ __device__ __forceinline__ void wait_prior_grid() {
 #endif
 }
 
-/// Lets the kernel launched after this one in the stream (if launch_dependent made it
-/// programmatic) be scheduled now, onto SMs as this grid's blocks leave them: it then waits in
-/// wait_prior_grid() and starts the moment this grid completes. Without it the next kernel is
-/// released as the last block exits. Takes effect once every block of the grid has called it, so
-/// the whole grid is resident by then. A kernel that needs other grids to become resident after
-/// it (the ranks of one GPU: each waits on the others') must not call it: the next grid could
-/// take the SMs those need.
-__device__ __forceinline__ void release_dependents() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 /// kernel<<<grid, threads, 0, stream>>>(args...), marked as allowed to launch before the kernel
-/// ahead of it completes when `programmatic` (the device is sm_90 or newer).
+/// ahead of it completes when `programmatic` (the device is sm_90 or newer). No explicit trigger
+/// is issued by Echo's kernels: the kernel ahead releases its dependents as its blocks exit, so
+/// a persistent grid never shares the GPU with the next one before it has finished its work
+/// (which the ranks of one GPU rely on: their grids must all be resident at once).
 template <class... Params, class... Args>
 cudaError_t launch_dependent(void (*kernel)(Params...), int grid, int threads, cudaStream_t stream, bool programmatic,
                              Args&&... args) {

@@ -431,8 +431,6 @@ struct cuda_ipc {
       p.peer = d_peers_;
       p.spin_limit_ns = static_cast<uint64_t>(opt_.spin_limit_seconds * 1e9);
       p.status = status_.device();
-      // one rank a GPU: no other rank's grid must find room on it after this one
-      p.release_early = programmatic_ && ranks_per_device() == 1;
       // One launch (overlapped), or one a round of `ring` tiles: every rank makes the same rounds.
       const size_t per_launch = Pol::stage_lag > 0 ? pl.tiles0 : pl.ring;
       for (size_t t0 = 0; t0 < pl.tiles0; t0 += per_launch) {
@@ -465,8 +463,6 @@ struct cuda_ipc {
       p.peer = d_peers_;
       p.spin_limit_ns = static_cast<uint64_t>(opt_.spin_limit_seconds * 1e9);
       p.status = status_.device();
-      // one rank a GPU: no other rank's grid must find room on it after this one
-      p.release_early = programmatic_ && ranks_per_device() == 1;
       // Block b of every rank must cover the same range: the grid depends on n (and the GPU) only.
       constexpr size_t per_block = size_t(16) << 10;
       const size_t blocks = echo::detail::ceil_div(c.n * sizeof(T), per_block);
