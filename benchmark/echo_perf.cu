@@ -185,7 +185,7 @@ result measure(bench_context& ctx, runner& run, const options& o, size_t n, bool
     res.t = ctx.time_batch(run, n, o.iters, in_place);
     run.reset_state();
     ctx.fill<T>(n, seed, in_place);
-    (void)ctx.time_batch(run, n, 1, in_place);
+    (void)ctx.time_batch(run, n, 1, in_place, /*settle=*/false);  // exactly one call
     res.err = output_error<T>(ctx, n, seed);
   });
   return res;

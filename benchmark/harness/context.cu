@@ -59,9 +59,9 @@ void bench_context::sync_all() {
   }
 }
 
-double bench_context::time_batch(runner& run, size_t n, int calls, bool in_place) {
+double bench_context::time_batch(runner& run, size_t n, int calls, bool in_place, bool settle) {
   if (run.per_rank_threads()) {
-    time_batch_threaded(run, n, calls, in_place);
+    time_batch_threaded(run, n, calls, in_place, settle);
   } else {
     time_batch_single(run, n, calls, in_place);
   }
@@ -101,10 +101,10 @@ void bench_context::time_batch_single(runner& run, size_t n, int calls, bool in_
   sync_all();
 }
 
-/// Every rank's worker issues one untimed call, records its start event, issues `calls` calls and
-/// records its stop event; returns with the streams drained. A rank that failed to launch leaves its peers waiting inside
+/// Every rank's worker issues one untimed call (settle), records its start event, issues `calls`
+/// calls and records its stop event; returns with the streams drained. A rank that failed to launch leaves its peers waiting inside
 /// NCCL: if they do not drain, that is fatal (the hang handler).
-void bench_context::time_batch_threaded(runner& run, size_t n, int calls, bool in_place) {
+void bench_context::time_batch_threaded(runner& run, size_t n, int calls, bool in_place, bool settle) {
   const hang_handler hang = on_hang_ ? on_hang_ : default_hang;
   if (!pool_) {
     std::vector<int> devices;
@@ -118,7 +118,7 @@ void bench_context::time_batch_threaded(runner& run, size_t n, int calls, bool i
     // workers wake from one notify at different times, and the earliest rank's batch would
     // otherwise include its wait for the latest (the single-thread path launches every rank
     // within microseconds). docs/benchmarks.md, tenth session, measures what it changed.
-    run.call_rank(r, n, in_place);
+    if (settle) run.call_rank(r, n, in_place);
     ECHO_CUDA_TRY(cudaEventRecord(R.start, R.stream));
     for (int i = 0; i < calls; ++i) run.call_rank(r, n, in_place);
     ECHO_CUDA_TRY(cudaEventRecord(R.stop, R.stream));

@@ -97,14 +97,16 @@ class bench_context {
   void sync_all();
 
   /// Seconds per call of a batch of `calls` calls: the largest event time over the ranks.
-  double time_batch(runner& run, size_t n, int calls, bool in_place = false);
+  /// `settle`: a threaded batch starts behind one untimed call (false: exactly `calls` calls
+  /// are made, as a checked call on a fresh chain or on in-place data needs).
+  double time_batch(runner& run, size_t n, int calls, bool in_place = false, bool settle = true);
 
   /// Wait (polling, from this thread) until every rank's stream is idle; false after timeout_s.
   bool drain(double timeout_s);
 
  private:
   void time_batch_single(runner& run, size_t n, int calls, bool in_place);
-  void time_batch_threaded(runner& run, size_t n, int calls, bool in_place);
+  void time_batch_threaded(runner& run, size_t n, int calls, bool in_place, bool settle);
 
   std::vector<rank_res> ranks_;
   std::vector<echo::communicator> comms_;

@@ -245,7 +245,8 @@ class all_reduce {
     if (!capturing && last_stream_ != stream && calls_ > 0 && cudaStreamWaitEvent(stream, done_, 0) != cudaSuccess)
       return status::cuda_error;
     const bool unquantized = bytes < unquantized_below_;
-    collective::call<E> c{in, out, n, Comp::keeps_state ? state.data() : nullptr, mode, call_signature<E>(n, unquantized)};
+    collective::call<E> c{in, out, n, Comp::keeps_state ? state.data() : nullptr, mode, call_signature<E>(n, unquantized),
+                          capturing};
     status s = status::success;
     if (unquantized) s = engine_->run_unquantized(c, stream);
     else s = engine_->template run<Quant>(c, stream);

@@ -25,6 +25,7 @@ struct call {
   unsigned char* state;  ///< the chain's state memory (comp/compensator.cuh), or null
   state_update mode;
   uint32_t sig;          ///< signature of (n, element type, quantizer, compensator), the same on every rank
+  bool capturing = false;  ///< the stream is capturing a CUDA graph (launches take no programmatic attribute)
 };
 
 }  // namespace echo::collective

@@ -26,6 +26,23 @@ __device__ __forceinline__ void wait_prior_grid() {
 #endif
 }
 
+/// Whether Kernel may be launched programmatically: it was compiled for sm_90 or newer (PTX
+/// version, not the device's: code built for compute_80 and JIT-compiled on an H200 has no
+/// wait_prior_grid() in it and must keep full stream order). Queried once per kernel; Echo
+/// assumes one GPU model in a process, as for its occupancy queries.
+template <auto Kernel>
+bool waits_for_prior_grid() {
+  static const bool yes = [] {
+    cudaFuncAttributes a{};
+    if (cudaFuncGetAttributes(&a, Kernel) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return a.ptxVersion >= 90;
+  }();
+  return yes;
+}
+
 /// kernel<<<grid, threads, 0, stream>>>(args...), marked as allowed to launch before the kernel
 /// ahead of it completes when `programmatic` (the device is sm_90 or newer). Echo's kernels issue
 /// no explicit trigger (griddepcontrol.launch_dependents): the kernel ahead releases its

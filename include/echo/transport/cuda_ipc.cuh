@@ -205,7 +205,6 @@ struct cuda_ipc {
       cudaDeviceProp prop{};
       ECHO_CUDA_TRY(cudaGetDeviceProperties(&prop, comm.device()));
       sms_ = prop.multiProcessorCount;
-      programmatic_ = prop.major >= 9;
       gpu_name_ = prop.name;
       const int P = comm.size();
       if (opt.wide_policy_from_bytes >= 0) {
@@ -431,13 +430,16 @@ struct cuda_ipc {
       p.peer = d_peers_;
       p.spin_limit_ns = static_cast<uint64_t>(opt_.spin_limit_seconds * 1e9);
       p.status = status_.device();
+      // Programmatic launches (detail/dependent_launch.cuh) only for kernels built with the wait,
+      // and not into a graph being captured (the plain edge is what every GPU's capture supports).
+      const bool programmatic = !c.capturing && echo::detail::waits_for_prior_grid<kernel>();
       // One launch (overlapped), or one a round of `ring` tiles: every rank makes the same rounds.
       const size_t per_launch = Pol::stage_lag > 0 ? pl.tiles0 : pl.ring;
       for (size_t t0 = 0; t0 < pl.tiles0; t0 += per_launch) {
         p.t_begin = t0;
         p.t_end = std::min(pl.tiles0, t0 + per_launch);
         p.last = p.t_end == pl.tiles0;
-        if (echo::detail::launch_dependent(kernel, pl.grid, Cfg::threads, stream, programmatic_, p) != cudaSuccess) break;
+        if (echo::detail::launch_dependent(kernel, pl.grid, Cfg::threads, stream, programmatic, p) != cudaSuccess) break;
       }
       return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
     }
@@ -469,7 +471,9 @@ struct cuda_ipc {
       const int most = std::max(1, std::min(64, sms_ * 2 / ranks_per_device()));  // 2 x 512 threads an SM fit
       const int grid = static_cast<int>(std::min<size_t>(static_cast<size_t>(most), std::max<size_t>(1, blocks)));
       p.sig = echo::detail::signature().add(c.sig).add(grid).add(2).value();
-      (void)echo::detail::launch_dependent(collective::oneshot_kernel<T, threads>, grid, threads, stream, programmatic_, p);
+      constexpr auto kernel = collective::oneshot_kernel<T, threads>;
+      const bool programmatic = !c.capturing && echo::detail::waits_for_prior_grid<kernel>();
+      (void)echo::detail::launch_dependent(kernel, grid, threads, stream, programmatic, p);  // error: cudaGetLastError below
       return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
     }
 
@@ -493,7 +497,6 @@ struct cuda_ipc {
     communicator comm_;
     all_reduce_options opt_;
     int sms_ = 1;
-    bool programmatic_ = false;  ///< launches overlap the previous kernel's completion (sm_90)
     std::string gpu_name_;
     collective::workspace_layout layout_{};
     std::unique_ptr<symmetric_buffer> buffer_;
