@@ -118,6 +118,8 @@ const std::vector<variant_spec>& variants() {
       {"echo_nccl_int4_ef", make_echo<za4, ef, true, nccl_transport>},
       {"echo_nccl_int8", make_echo<za8, c0, true, nccl_transport>},
       {"echo_nccl_dispatch", make_echo<za4, ef, dispatched, nccl_transport>},
+      {"echo_int8_w512", make_echo<za8, c0, true, ipc, wide<za8, c0>, 512>},
+      {"echo_int8_f6k", make_echo<za8, c0, true, ipc, prefetching<256, 3, 16, 1, 1, 6144>>},
       {"echo_int4_t512x1", make_echo<za4, c0, true, ipc, policy<512, 1>>},
       {"echo_int4_v32", make_echo<za4, c0, true, ipc, policy<256, 2, 8192, 32>>},
       {"echo_int4_ef_v32", make_echo<za4, ef, true, ipc, policy<256, 2, 8192, 32>>},
