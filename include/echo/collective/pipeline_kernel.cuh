@@ -4,14 +4,11 @@
 // flag covers a tile. Warp w of the grid (W warps) handles tiles t = w, w + W, w + 2W, ... and
 // runs the three stages of different tiles in one loop, so that a warp's stages overlap with its
 // peers' and the link never waits for a whole stage to drain:
-//   iteration m:  A. push    tile t_m       to every peer (x' = x + c, quantize, store)
+//   iteration m:  A. push    tile t_m       to every peer (x' = x + c, quantize, store, publish)
 //                 B. reduce  tile t_(m-L)   of the own segment (wait for the P-1 receipts, sum in
-//                                           rank order, quantize once, push to every peer)
-//                    publish A's and B's flags under one system-scope release fence
+//                                           rank order, quantize once, push to every peer, publish)
 //                 C. gather  tile t_(m-2L)  of every other segment (wait, dequantize, write out)
-// (L = Policy::stage_lag, 1 by default.) A's flag waits for B's stores: its readers reduce tile
-// t_m an iteration later, and a fence (which waits for the warp's peer stores to land) a stage
-// cost more than that delay (docs/benchmarks.md, eleventh session).
+// (L = Policy::stage_lag, 1 by default.)
 // Data moves through rings of R tile slots per peer (tile t in slot t mod R), whose size the
 // workspace fixes; flags are indexed by tile in a fixed region (collective/workspace_layout.cuh),
 // so a flag never changes role. Flow control needs no extra flag: when the message has more tiles
@@ -172,7 +169,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   (void)lag;
   (void)tiles0;
 
-  // A. push tile t of every peer's segment into the peer's recv ring (publish follows).
+  // A. push tile t of every peer's segment into the peer's recv ring; publish.
   auto push = [&](size_t t) {
     for (int d = 1; d < P; ++d) {
       const int j = (me + d) % P;
@@ -185,29 +182,15 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
                                       const auto r = stages::push(ops, st, p.store_send_errors, first, valid);
                                       Cfg::codec::store(slot + u * sub_bytes, r, lane, valid);
                                     });
-    }
-  };
-  // Publish the flags a warp owes: of tile `pushed` to every peer whose segment has it, and of
-  // the reduced tile `reduced` (none: npos) to every peer, under one system-scope release.
-  constexpr size_t npos = ~size_t(0);
-  auto publish = [&](size_t pushed, size_t reduced) {
-    __syncwarp();
-    if (lane != 0) return;
-    echo::detail::release_fence_sys();
-    for (int d = 1; d < P; ++d) {
-      const int j = (me + d) % P;
-      if (pushed != npos && pushed * tile_elems < part.size(j))
-        echo::detail::flag_store(reinterpret_cast<uint64_t*>(p.peer[j] + L.recv_flag(me, pushed)), mine);
-      if (reduced != npos)
-        echo::detail::flag_store(reinterpret_cast<uint64_t*>(p.peer[j] + L.gather_flag(me, reduced)), mine);
+      __syncwarp();
+      if (lane == 0) echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[j] + L.recv_flag(me, t)), mine);
     }
   };
   // B. reduce tile t of the own segment: wait for the receipts, sum, push the sum's packet into
-  // every peer's gather ring (publish follows, if `did`: the segment has tile t).
-  auto reduce = [&](size_t t, bool& did) {
+  // every peer's gather ring; publish.
+  auto reduce = [&](size_t t) {
     const size_t b = part.begin(me), len = part.size(me);
-    did = t * tile_elems < len;
-    if (!did) return wait_result::ok;
+    if (t * tile_elems >= len) return wait_result::ok;
     for (int i = 0; i < P; ++i)
       if (i != me) {
         const wait_result w = detail::warp_wait(p.local + L.recv_flag(i, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
@@ -224,6 +207,10 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
           for (int d = 1; d < P; ++d)
             Cfg::codec::store(p.peer[(me + d) % P] + L.gather_slot(me, slot, tile_bytes) + u * sub_bytes, r, lane, valid);
         });
+    __syncwarp();
+    if (lane == 0)
+      for (int d = 1; d < P; ++d)
+        echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[(me + d) % P] + L.gather_flag(me, t)), mine);
     return wait_result::ok;
   };
   // C. gather tile t of every other segment from its owner's packet.
@@ -245,17 +232,12 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
 
   if constexpr (Cfg::policy::stage_lag > 0) {
     // Stages of different tiles in one loop (see the top of the file); tiles [0, tiles0).
-    // The flags of an iteration's push and reduce go out together after its reduce: one fence an
-    // iteration instead of one a stage (a peer reduces tile t only an iteration later anyway).
     for (size_t t = warp;; t += W) {
-      const bool pushed = t < tiles0;
-      if (pushed) push(t);
-      bool reduced = false;
+      if (t < tiles0) push(t);
       if (t >= lag && t - lag < tiles0) {
-        why = reduce(t - lag, reduced);
+        why = reduce(t - lag);
         if (why != wait_result::ok) break;
       }
-      if (pushed || reduced) publish(pushed ? t : npos, reduced ? t - lag : npos);
       if (t >= 2 * lag) {
         if (t - 2 * lag >= tiles0) break;
         why = gather(t - 2 * lag);
@@ -264,12 +246,8 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     }
   } else {
     // One stage after another over this launch's tiles [t_begin, t_end) (a round of the rings).
-    for (size_t t = p.t_begin + warp; t < p.t_end; t += W) push(t), publish(t, npos);
-    for (size_t t = p.t_begin + warp; t < p.t_end && why == wait_result::ok; t += W) {
-      bool reduced = false;
-      why = reduce(t, reduced);
-      if (reduced) publish(npos, t);
-    }
+    for (size_t t = p.t_begin + warp; t < p.t_end; t += W) push(t);
+    for (size_t t = p.t_begin + warp; t < p.t_end && why == wait_result::ok; t += W) why = reduce(t);
     for (size_t t = p.t_begin + warp; t < p.t_end && why == wait_result::ok; t += W) why = gather(t);
   }
   if (why != wait_result::ok && lane == 0) detail::give_up(why, sync, p.peer, P, me, p.status);

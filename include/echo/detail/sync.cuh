@@ -4,8 +4,7 @@
 // another process):
 //  - publish: the lanes of a warp store their data, __syncwarp() makes those stores happen-before
 //    lane 0, and lane 0 stores the flag with a release at system scope (cumulative), so a peer
-//    that observes the flag with an acquire observes all of the warp's data. Several flags owed
-//    at once share one release fence (release_fence_sys, then flag_store each).
+//    that observes the flag with an acquire observes all of the warp's data.
 //  - wait: lane 0 polls with an acquire at system scope; the caller's __syncwarp() extends it to
 //    the warp before any lane reads the data. Data a peer wrote is read with ld.global.cg.
 //
@@ -42,18 +41,6 @@ ECHO_HD uint64_t flag_value(uint32_t epoch, uint32_t sig) { return (static_cast<
 
 __device__ __forceinline__ void flag_publish(uint64_t* flag, uint64_t v) {
   cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*flag).store(v, cuda::memory_order_release);
-}
-
-/// One release for several flags: lane 0 fences once at system scope, then stores each flag with
-/// flag_store. A relaxed store after a release fence is a release pattern (PTX memory model), so a
-/// peer that acquires any of them observes everything the warp stored before the fence. The
-/// fence waits for the warp's peer stores to land, which is what a flag costs: one fence for all
-/// the flags a warp owes at once, not one each.
-__device__ __forceinline__ void release_fence_sys() {
-  cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_system);
-}
-__device__ __forceinline__ void flag_store(uint64_t* flag, uint64_t v) {
-  cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*flag).store(v, cuda::memory_order_relaxed);
 }
 
 __device__ __forceinline__ uint64_t flag_observe(const uint64_t* flag) {
