@@ -370,7 +370,17 @@ struct cuda_ipc {
       constexpr bool overlap = Pol::stage_lag > 0;
       size_t U = overlap ? std::min(u_max, std::max<size_t>(1, subs0 / (4 * resident)))
                          : std::min(u_max, std::max<size_t>(1, subs0 / spread_warps));
-      U = std::max(U, echo::detail::ceil_div(subs0, layout_.flag_tiles));
+      const size_t u_min = echo::detail::ceil_div(subs0, layout_.flag_tiles);
+      U = std::max(U, u_min);
+      if (overlap) {
+        // Reused slots need R >= (2 lag + 1) W (below). Where the ring holds that for the whole
+        // resident grid only with smaller tiles, cover fewer sub-tiles a flag rather than leave
+        // warps out (8-bit at 1 GiB, heavy policy: 1.79x -> 1.86x NCCL; docs/benchmarks.md,
+        // eleventh session).
+        const size_t fits = layout_.ring_bytes / ((2 * static_cast<size_t>(Pol::stage_lag) + 1) * resident * Cfg::sub_bytes);
+        const bool reused = echo::detail::ceil_div(subs0, U) > layout_.ring_bytes / (U * Cfg::sub_bytes);
+        if (reused && fits < U) U = std::max(fits, u_min);
+      }
       const size_t tiles0 = echo::detail::ceil_div(subs0, U);
       const size_t slots = layout_.ring_bytes / (U * Cfg::sub_bytes);
       if (slots == 0) {
