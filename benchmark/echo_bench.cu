@@ -40,8 +40,9 @@
 //                      (pipeline_policy::prefetch), as the heavy one does; echo_int4_ef_t256x3:
 //                      the heavy one without it (the seventh session's other variants, of
 //                      prefetch, tile size and warps, are in commit 24cd9f8; docs/benchmarks.md)
-//   echo_*_narrow / echo_*_wide  the default policy's two halves, each at every size (the
-//                      default runs the wide one from the dispatch table's wide_from size on)
+//   echo_*_narrow / echo_*_mid / echo_*_wide  the default policy's three tiers, each at every
+//                      size (the default runs the mid one from the dispatch table's mid_from size
+//                      on, the wide one from its wide size on)
 // The echo_* variants without "nccl" in the name use transport::cuda_ipc (peer stores over
 // NVLink / PCIe, never through NCCL). Every echo_* variant but the *dispatch ones forces its path
 // (the quantizer at every size).
@@ -69,12 +70,14 @@ using policy = echo::collective::pipeline_policy<Threads, Blocks, FlagElems, Lan
 /// A policy whose warps ask L2 for the input Prefetch sub-tiles ahead (pipeline_policy::prefetch).
 template <int Threads, int Blocks, int LaneValues, int Prefetch, int Lag = 1, int FlagElems = 8192>
 using prefetching = echo::collective::pipeline_policy<Threads, Blocks, FlagElems, LaneValues, Lag, void, Prefetch>;
-/// The default policy's parts, each alone at every size: its narrow policy, and the wide policy
-/// each configuration gets (collective::wide_policy_t: lean for 4-bit without state, heavy for
+/// The default policy's parts, each alone at every size: its narrow policy, and the mid and wide
+/// policies each configuration gets (collective::wide_policy_t: lean for 4-bit without state, heavy for
 /// error feedback and 8-bit, plain for the 16-bit pipeline without state).
 using narrow = echo::collective::pipeline_policy<>;
 template <class Q, class C>
 using wide = echo::collective::wide_policy_t<default_policy, Q, C>;
+template <class Q, class C>
+using mid = echo::collective::mid_policy_t<default_policy, Q, C>;
 constexpr bool dispatched = false;
 
 std::unique_ptr<runner> make_nccl(bench_context& ctx) { return std::make_unique<nccl_runner>(ctx, ncclBfloat16); }
@@ -118,17 +121,6 @@ const std::vector<variant_spec>& variants() {
       {"echo_nccl_int4_ef", make_echo<za4, ef, true, nccl_transport>},
       {"echo_nccl_int8", make_echo<za8, c0, true, nccl_transport>},
       {"echo_nccl_dispatch", make_echo<za4, ef, dispatched, nccl_transport>},
-      {"echo_int8_w512", make_echo<za8, c0, true, ipc, wide<za8, c0>, 512>},
-      {"echo_int8_f6k", make_echo<za8, c0, true, ipc, prefetching<256, 3, 16, 1, 1, 6144>>},
-      {"echo_int4_n32", make_echo<za4, c0, true, ipc, policy<256, 2, 4096, 32, 0>>},
-      {"echo_int4_n32f8", make_echo<za4, c0, true, ipc, policy<256, 2, 8192, 32, 0>>},
-      {"echo_int4_ef_n32", make_echo<za4, ef, true, ipc, policy<256, 2, 4096, 32, 0>>},
-      {"echo_int4_n32f16", make_echo<za4, c0, true, ipc, policy<256, 2, 16384, 32, 0>>},
-      {"echo_int4_ef_n32f8", make_echo<za4, ef, true, ipc, policy<256, 2, 8192, 32, 0>>},
-      {"echo_int4_ef_n16f8", make_echo<za4, ef, true, ipc, policy<256, 2, 8192, 16, 0>>},
-      {"echo_int8_n16f8", make_echo<za8, c0, true, ipc, policy<256, 2, 8192, 16, 0>>},
-      {"echo_int8_ef_n16f8", make_echo<za8, ef, true, ipc, policy<256, 2, 8192, 16, 0>>},
-      {"echo_int4_n16f8", make_echo<za4, c0, true, ipc, policy<256, 2, 8192, 16, 0>>},
       {"echo_int4_t512x1", make_echo<za4, c0, true, ipc, policy<512, 1>>},
       {"echo_int4_v32", make_echo<za4, c0, true, ipc, policy<256, 2, 8192, 32>>},
       {"echo_int4_ef_v32", make_echo<za4, ef, true, ipc, policy<256, 2, 8192, 32>>},
@@ -137,6 +129,9 @@ const std::vector<variant_spec>& variants() {
       {"echo_none_v32", make_echo<q16, c0, true, ipc, policy<256, 2, 8192, 32>>},
       {"echo_int4_lag2", make_echo<za4, c0, true, ipc, policy<256, 2, 8192, 16, 2>, 256>},
       {"echo_int4_narrow", make_echo<za4, c0, true, ipc, narrow>},
+      {"echo_int4_mid", make_echo<za4, c0, true, ipc, mid<za4, c0>>},
+      {"echo_int4_ef_mid", make_echo<za4, ef, true, ipc, mid<za4, ef>>},
+      {"echo_int8_mid", make_echo<za8, c0, true, ipc, mid<za8, c0>>},
       {"echo_int4_wide", make_echo<za4, c0, true, ipc, wide<za4, c0>>},
       {"echo_int4_ef_narrow", make_echo<za4, ef, true, ipc, narrow>},
       {"echo_int4_ef_wide", make_echo<za4, ef, true, ipc, wide<za4, ef>>},

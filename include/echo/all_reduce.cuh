@@ -348,17 +348,19 @@ class all_reduce {
       uint64_t workspace_bytes;
       int64_t unquantized_below;
       int64_t wide_from;
+      int64_t mid_from;
     };
     detail::signature s;
     s.add(Quant::name).add(static_cast<uint64_t>(Quant::bits)).add(static_cast<uint64_t>(Quant::group));
     s.add(Comp::name).add(static_cast<uint64_t>(Comp::state_bytes(1000)));  // the storage, through its size
     s.add(Transport::name);
     for (const auto& w : {policy_shape<Policy>(), policy_shape<collective::wide_policy_t<Policy, Quant, Comp>>(),
-                          policy_shape<collective::wide_policy_t<Policy, quant::none, Comp>>()})
+                          policy_shape<collective::wide_policy_t<Policy, quant::none, Comp>>(),
+                          policy_shape<collective::mid_policy_t<Policy, Quant, Comp>>()})
       for (const int v : w) s.add(static_cast<uint64_t>(v));
     config_signature_ = s.wide();
     const record mine{config_signature_, max_elements_, opt_.workspace_bytes, opt_.unquantized_below_bytes,
-                      opt_.wide_policy_from_bytes};
+                      opt_.wide_policy_from_bytes, opt_.mid_policy_from_bytes};
     const std::vector<record> all = comm_.all_gather(mine);
     for (size_t r = 0; r < all.size(); ++r) {
       const std::string who = "rank " + std::to_string(r) + " and rank " + std::to_string(comm_.rank()) + " ";
@@ -371,6 +373,8 @@ class all_reduce {
                    who + "were built with different options.unquantized_below_bytes");
       ECHO_REQUIRE(all[r].wide_from == mine.wide_from, "echo::all_reduce",
                    who + "were built with different options.wide_policy_from_bytes");
+      ECHO_REQUIRE(all[r].mid_from == mine.mid_from, "echo::all_reduce",
+                   who + "were built with different options.mid_policy_from_bytes");
     }
   }
 

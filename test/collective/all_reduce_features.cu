@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 using namespace echo_test;
 using za4 = echo::quant::zero_aware<4, 128>;
@@ -273,6 +274,53 @@ TEST_CASE("the wide policy: forced at every size, and switched by size within on
   for (size_t n : {1200000, 300000, 1200000}) d.step(n);
 }
 
+TEST_CASE("the mid policy: forced at every size through rings it wraps in rounds, and three tiers on one object") {
+  // Forced: every quantized call takes the mid policy (32 values a lane, 8192 or 16384 a flag),
+  // with rings small enough for several rounds (one round where ranks share a context).
+  echo::all_reduce_options mid;
+  mid.mid_policy_from_bytes = 0;
+  mid.wide_policy_from_bytes = std::numeric_limits<long long>::max();
+  mid.workspace_bytes = size_t(1) << 20;
+  reference_check<za4, echo::comp::none, bf16> lean(1000003, mid);  // lean: 16384 a flag
+  CHECK(lean.ar(0).engine().mid_from_bytes() == 0);
+  for (size_t n : {size_t(1000003), size_t(4097), size_t(1000003), size_t(31)}) {
+    lean.step(n);
+    CHECK(lean.ar(0).engine().last_run_mid());
+    CHECK(!lean.ar(0).engine().last_run_wide());
+  }
+  // heavy: the default state (step8), fused and deferred, in place too
+  reference_check<za4, echo::comp::error_feedback<>, bf16> heavy(1000003, mid);
+  const size_t hs[] = {1000003, 1000003, 70001, 70001, 1000003};
+  for (int k = 0; k < 5; ++k) {
+    heavy.step(hs[k], k == 4, k % 2 ? echo::state_update::deferred : echo::state_update::fused);
+    CHECK(heavy.ar(0).engine().last_run_mid());
+  }
+  reference_check<echo::quant::zero_aware<8, 128>, ef16, bf16> h8(300007, mid);  // 8-bit: 16 a lane
+  for (size_t n : {size_t(300007), size_t(300007), size_t(4099)}) h8.step(n);
+  CHECK(h8.ar(0).engine().last_run_mid());
+  reference_check<echo::quant::zero_aware<4, 32>, echo::comp::none, echo::half_t> g32(300007, mid);  // a group a lane
+  for (size_t n : {size_t(300007), size_t(33)}) g32.step(n);
+  reference_check<za4, efs8, float> f32(300007, mid);  // 4-byte elements: 16 values a lane
+  for (size_t n : {size_t(300007), size_t(300007)}) f32.step(n);
+  CHECK(f32.ar(0).engine().last_run_mid());
+  reference_check<echo::quant::none, echo::comp::none, bf16> plain(700001, mid);  // never unquantized calls
+  plain.step(700001);
+  CHECK(!plain.ar(0).engine().last_run_mid());
+  // One long-lived object across the three tiers: narrow below 1 MiB, mid from 1 MiB, wide from
+  // 2 MiB; the chain continues across every switch.
+  echo::all_reduce_options tiers;
+  tiers.mid_policy_from_bytes = 1 << 20;
+  tiers.wide_policy_from_bytes = 2 << 20;
+  reference_check<za4, echo::comp::error_feedback<>, bf16> t(1500007, tiers);
+  const size_t sizes[] = {1500007, 700001, 200003, 1500007, 524288, 524287, 1048576, 777777, 777777, 1048575};
+  for (int k = 0; k < 10; ++k) {
+    t.step(sizes[k], k == 5, k % 3 == 1 ? echo::state_update::deferred : echo::state_update::fused);
+    const size_t bytes = sizes[k] * sizeof(bf16);
+    CHECK(t.ar(0).engine().last_run_wide() == (bytes >= (2u << 20)));
+    CHECK(t.ar(0).engine().last_run_mid() == (bytes >= (1u << 20) && bytes < (2u << 20)));
+  }
+}
+
 TEST_CASE("by default the dispatch table decides the unquantized threshold") {
   auto ars = make_all<echo::all_reduce<za4>>(1000);
   cudaDeviceProp prop{};
@@ -280,6 +328,8 @@ TEST_CASE("by default the dispatch table decides the unquantized threshold") {
   const auto d = echo::lookup_dispatch(prop.name, static_cast<int>(ars.size()), "cuda_ipc", "p2p");
   CHECK(ars[0]->unquantized_below_bytes() == d.unquantized_below);
   CHECK(ars[0]->engine().wide_from_bytes() == (d.wide_from ? d.wide_from : SIZE_MAX));
+  CHECK(ars[0]->engine().wide_from_lean_bytes() == (d.wide_from_lean ? d.wide_from_lean : ars[0]->engine().wide_from_bytes()));
+  CHECK(ars[0]->engine().mid_from_bytes() == (d.mid_from ? d.mid_from : SIZE_MAX));
   CHECK(ars[0]->engine().wide_from_unquantized_bytes() == (d.wide_from_unquantized ? d.wide_from_unquantized : SIZE_MAX));
 }
 

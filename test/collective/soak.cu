@@ -220,16 +220,19 @@ class soak_of : public soak_object {
   }
 };
 
-/// wide: options.wide_policy_from_bytes (-1: the dispatch table's); small values make the object's
-/// calls switch between the two pipeline policies at random.
-echo::all_reduce_options options(long long unquantized_below, size_t workspace = 0, long long wide = -1) {
+/// wide, mid: options.wide_policy_from_bytes, mid_policy_from_bytes (-1: the dispatch table's);
+/// small values make the object's calls switch between the pipeline policies at random.
+echo::all_reduce_options options(long long unquantized_below, size_t workspace = 0, long long wide = -1,
+                                 long long mid = -1) {
   echo::all_reduce_options o;
   ECHO_SOAK_UNQUANTIZED(o) = unquantized_below;
   if (workspace) o.workspace_bytes = workspace;
 #ifndef ECHO_SOAK_LEGACY
   o.wide_policy_from_bytes = wide;
+  o.mid_policy_from_bytes = mid;
 #else
   (void)wide;
+  (void)mid;
 #endif
   o.spin_limit_seconds = 20;
   return o;
@@ -288,6 +291,8 @@ TEST_CASE("soak: cuda_ipc") {
   o.emplace_back(new soak_of<quant::zero_aware<8, 64>, comp::error_feedback<comp::int4_state>, T>("za8g64 ef(int4) 256K wide", M, options(0, 256 << 10, 0)));
   o.emplace_back(new soak_of<quant::zero_aware<3, 256>, comp::error_feedback<comp::int8_state>, T>("za3g256 ef(int8)", M, options(1 << 16)));
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::step8_state>, T>("za4g128 ef(step8) dispatch", M, options(-1)));
+  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::step8_state>, T>("za4g128 ef(step8) 192K mid>=64K wide>=2M", M, options(0, 192 << 10, 2 << 20, 64 << 10)));
+  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::none, T>("za4g128 none mid>=16K", M, options(0, 0, -1, 16 << 10)));
   o.emplace_back(new soak_of<quant::symmetric<8, 32>, comp::error_feedback<comp::step4_state>, T>("sym8g32 ef(step4) 256K wide", M, options(0, 256 << 10, 0)));
 #endif
   soak(o, "cuda_ipc");

@@ -16,7 +16,7 @@ namespace echo::collective {
 ///          fewer warps win (docs/benchmarks.md, seventh session).
 enum class call_weight { lean, heavy, plain };
 
-/// Wide policies chosen by the call (Plain defaults to Lean).
+/// Policies chosen by the call (Plain defaults to Lean): a pipeline_policy's wide or mid variant.
 template <class Lean, class Heavy, class Plain = Lean>
 struct wide_by_call {
   template <call_weight K>
@@ -32,6 +32,9 @@ struct wide_of {  // one wide policy for every call (void: the policy itself)
 template <class Lean, class Heavy, class Plain, class Self>
 struct wide_of<wide_by_call<Lean, Heavy, Plain>, Self> : wide_by_call<Lean, Heavy, Plain> {};
 
+template <class P>
+constexpr bool is_leaf_policy();  // names no wide or mid variant of its own (below)
+
 template <class Q, class Comp>
 constexpr call_weight weight_of() {
   if constexpr (Q::quantizes) return Comp::keeps_state || Q::bits > 4 ? call_weight::heavy : call_weight::lean;
@@ -40,7 +43,7 @@ constexpr call_weight weight_of() {
 }  // namespace detail
 
 template <int Threads = 256, int BlocksPerSm = 2, int FlagElems = 4096, int LaneValues = 16, int StageLag = 0,
-          class Wide = void, int Prefetch = 0>
+          class Wide = void, int Prefetch = 0, class Mid = void>
 struct pipeline_policy {
   static_assert(LaneValues == 16 || LaneValues == 32, "pipeline_policy: LaneValues must be 16 or 32");
   static_assert(StageLag >= 0 && StageLag <= 4, "pipeline_policy: StageLag must be in [0, 4]");
@@ -72,30 +75,62 @@ struct pipeline_policy {
   /// (all_reduce_options::wide_policy_from_bytes overrides it), for a call of weight K
   /// (wide_policy_t): this policy itself when Wide is void, else Wide, or the one a
   /// wide_by_call names for K. A wide policy must stream in one launch (stage_lag >= 1) and name
-  /// no wide policy of its own. Large messages gain from more warps or values in flight even
+  /// no wide or mid policy of its own. Large messages gain from more warps or values in flight even
   /// where the register cap makes them spill; small ones lose (docs/benchmarks.md).
   template <call_weight K>
   using wide_for = typename detail::wide_of<Wide, pipeline_policy>::template select<K>;
+  /// The policy a quantized cuda_ipc call runs under between the dispatch table's mid_from size
+  /// and its wide size (all_reduce_options::mid_policy_from_bytes overrides it), for a call of
+  /// weight K (mid_policy_t): this policy itself when Mid is void, else Mid, or the one a
+  /// wide_by_call names for K. A mid policy names no wide or mid policy of its own. Its reason:
+  /// from a few tens of MiB the phase schedule gains from 32 values a lane and larger flags, which
+  /// cost the smallest pipelined messages (docs/benchmarks.md, eleventh session).
+  template <call_weight K>
+  using mid_for = typename detail::wide_of<Mid, pipeline_policy>::template select<K>;
 
  private:
   template <class W>
   static constexpr bool valid_wide() {
-    return std::is_same<W, pipeline_policy>::value ||
-           (W::stage_lag >= 1 && std::is_same<typename W::template wide_for<call_weight::lean>, W>::value &&
-            std::is_same<typename W::template wide_for<call_weight::heavy>, W>::value &&
-            std::is_same<typename W::template wide_for<call_weight::plain>, W>::value);
+    return std::is_same<W, pipeline_policy>::value || (W::stage_lag >= 1 && detail::is_leaf_policy<W>());
   }
   static_assert(valid_wide<wide_for<call_weight::lean>>() && valid_wide<wide_for<call_weight::heavy>>() &&
                     valid_wide<wide_for<call_weight::plain>>(),
-                "pipeline_policy: a wide policy must have stage_lag >= 1 and no wide policy of its own");
+                "pipeline_policy: a wide policy must have stage_lag >= 1 and no wide or mid policy of its own");
+  template <class M>
+  static constexpr bool valid_mid() {
+    return std::is_same<M, pipeline_policy>::value || detail::is_leaf_policy<M>();
+  }
+  static_assert(valid_mid<mid_for<call_weight::lean>>() && valid_mid<mid_for<call_weight::heavy>>() &&
+                    valid_mid<mid_for<call_weight::plain>>(),
+                "pipeline_policy: a mid policy must name no wide or mid policy of its own");
 };
+
+namespace detail {
+template <class P>
+constexpr bool is_leaf_policy() {
+  using K = call_weight;
+  return std::is_same<typename P::template wide_for<K::lean>, P>::value &&
+         std::is_same<typename P::template wide_for<K::heavy>, P>::value &&
+         std::is_same<typename P::template wide_for<K::plain>, P>::value &&
+         std::is_same<typename P::template mid_for<K::lean>, P>::value &&
+         std::is_same<typename P::template mid_for<K::heavy>, P>::value &&
+         std::is_same<typename P::template mid_for<K::plain>, P>::value;
+}
+}  // namespace detail
 
 /// The wide policy of Policy for a call through quantizer Q (or quant::none) with compensator Comp.
 template <class Policy, class Q, class Comp>
 using wide_policy_t = typename Policy::template wide_for<detail::weight_of<Q, Comp>()>;
+/// The mid policy of Policy for a quantized call through Q with compensator Comp.
+template <class Policy, class Q, class Comp>
+using mid_policy_t = typename Policy::template mid_for<detail::weight_of<Q, Comp>()>;
 
-/// 256 threads, 2 blocks a SM, the phase schedule; from the dispatch table's size on, the stages
-/// overlapped (docs/benchmarks.md, sixth and seventh sessions):
+/// 256 threads, 2 blocks a SM, the phase schedule; from the dispatch table's mid size on (quantized
+/// calls), the phase schedule at 32 values a lane (eleventh session):
+///   lean   16384 values a flag (4-bit: 64 MiB 105 -> 85 us, 128 MiB 188 -> 155 us);
+///   heavy  8192 values a flag (4-bit + EF: 64 MiB 118 -> 94 us; 8-bit, whose codec takes 16
+///          values a lane, unchanged);
+/// from its wide size on, the stages overlapped (sixth and seventh sessions):
 ///   lean   2 blocks a SM, 32 values a lane, 16384 values a flag (4-bit 1 GiB: 2.93x -> 3.07x);
 ///   heavy  3 blocks a SM, 8192 values a flag, asking L2 for its input one sub-tile ahead (2-3 %
 ///          from 256 MiB; nothing for the lean calls, and the 16-bit pipeline 1 % slower);
@@ -103,6 +138,9 @@ using wide_policy_t = typename Policy::template wide_for<detail::weight_of<Q, Co
 using default_policy = pipeline_policy<256, 2, 4096, 16, 0,
                                        wide_by_call<pipeline_policy<256, 2, 16384, 32, 1>,
                                                     pipeline_policy<256, 3, 8192, 16, 1, void, 1>,
-                                                    pipeline_policy<256, 1, 8192, 16, 1>>>;
+                                                    pipeline_policy<256, 1, 8192, 16, 1>>,
+                                       0,
+                                       wide_by_call<pipeline_policy<256, 2, 16384, 32, 0>,
+                                                    pipeline_policy<256, 2, 8192, 32, 0>>>;
 
 }  // namespace echo::collective

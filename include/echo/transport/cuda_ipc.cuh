@@ -187,6 +187,10 @@ struct cuda_ipc {
     using Wide = collective::wide_policy_t<Policy, Q, Comp>;
     template <class Q>
     static constexpr bool has_wide = !std::is_same<Wide<Q>, Policy>::value;
+    template <class Q>
+    using Mid = collective::mid_policy_t<Policy, Q, Comp>;
+    template <class Q>
+    static constexpr bool has_mid = Q::quantizes && !std::is_same<Mid<Q>, Policy>::value;
 
    public:
     static constexpr const char* transport_name = "cuda_ipc";
@@ -207,20 +211,24 @@ struct cuda_ipc {
       sms_ = prop.multiProcessorCount;
       gpu_name_ = prop.name;
       const int P = comm.size();
+      const dispatch_entry d = dispatch(P);
       if (opt.wide_policy_from_bytes >= 0) {
-        wide_from_ = wide_from_unquantized_ = static_cast<size_t>(opt.wide_policy_from_bytes);
+        wide_from_ = wide_from_lean_ = wide_from_unquantized_ = static_cast<size_t>(opt.wide_policy_from_bytes);
       } else {
-        const dispatch_entry d = dispatch(P);
         if (d.wide_from) wide_from_ = d.wide_from;
+        wide_from_lean_ = d.wide_from_lean ? d.wide_from_lean : wide_from_;
         if (d.wide_from_unquantized) wide_from_unquantized_ = d.wide_from_unquantized;
       }
+      if (opt.mid_policy_from_bytes >= 0) mid_from_ = static_cast<size_t>(opt.mid_policy_from_bytes);
+      else if (d.mid_from) mid_from_ = d.mid_from;
       if (P == 1) return;
       layout_.ranks = P;
       const size_t max_seg = echo::detail::partition{max_elements, 32, P}.size(0);
       layout_.flag_tiles = std::max<size_t>(64, echo::detail::ceil_div(max_seg, min_flag_elems) + 1);
       layout_.oneshot_bytes = oneshot_bytes;
       layout_.ring_bytes = std::max(min_ring_bytes, opt.workspace_bytes / (2 * static_cast<size_t>(P)) & ~size_t(255));
-      if (ranks_per_context(comm) > 1) layout_.ring_bytes = std::max(layout_.ring_bytes, one_launch_ring_bytes(max_seg));
+      colocated_ = ranks_per_context(comm) > 1;
+      if (colocated_) layout_.ring_bytes = std::max(layout_.ring_bytes, one_launch_ring_bytes(max_seg));
       buffer_ = std::make_unique<symmetric_buffer>(comm, layout_.total());
       std::vector<unsigned char*> peers(static_cast<size_t>(P));
       for (int r = 0; r < P; ++r) peers[static_cast<size_t>(r)] = buffer_->peer_data(r);
@@ -252,23 +260,42 @@ struct cuda_ipc {
 
     /// From this many bytes a quantized call runs under the policy's wide variant (SIZE_MAX: never).
     size_t wide_from_bytes() const { return wide_from_; }
+    /// The same for lean calls (4 bits or fewer without error state).
+    size_t wide_from_lean_bytes() const { return wide_from_lean_; }
+    /// From this many bytes a quantized call below its wide size runs under the policy's mid
+    /// variant (SIZE_MAX: never).
+    size_t mid_from_bytes() const { return mid_from_; }
     /// The same for an unquantized call through the pipeline (quant::none).
     size_t wide_from_unquantized_bytes() const { return wide_from_unquantized_; }
     /// Whether the last quantized-path call ran under the wide variant (tests, diagnostics).
     bool last_run_wide() const { return last_wide_; }
+    /// Whether the last quantized-path call ran under the mid variant.
+    bool last_run_mid() const { return last_mid_; }
 
     /// A call through quantizer Q (Quant, or quant::none) on every rank: under the wide policy
-    /// from wide_from_bytes() on where its flow control fits the rings, else under Policy.
+    /// from its wide size on where its flow control fits the rings, else (quantized) under the mid
+    /// policy from mid_from_bytes() on, else under Policy.
     template <class Q, class T>
     status run(const collective::call<T>& c, cudaStream_t stream) {
+      const size_t bytes = c.n * sizeof(T);
+      last_wide_ = last_mid_ = false;
       if constexpr (has_wide<Q>) {
-        if (c.n * sizeof(T) >= (std::is_same<Q, quant::none>::value ? wide_from_unquantized_ : wide_from_)) {
+        const bool lean = collective::detail::weight_of<Q, Comp>() == collective::call_weight::lean;
+        if (bytes >= (std::is_same<Q, quant::none>::value ? wide_from_unquantized_ : lean ? wide_from_lean_ : wide_from_)) {
           const plan w = make_plan<Wide<Q>, Q, T>(c.n);
           last_wide_ = !w.why;
           if (!w.why) return launch<Wide<Q>, Q, T>(c, w, stream);
         }
       }
-      last_wide_ = false;
+      if constexpr (has_mid<Q>) {
+        if (bytes >= mid_from_) {
+          // Ranks sharing a context need one launch a call, which the rings guarantee for Policy's
+          // tiles only (one_launch_ring_bytes): a mid plan of several rounds falls back to Policy.
+          const plan m = make_plan<Mid<Q>, Q, T>(c.n);
+          last_mid_ = !m.why && (!colocated_ || m.tiles0 <= m.ring);
+          if (last_mid_) return launch<Mid<Q>, Q, T>(c, m, stream);
+        }
+      }
       const plan p = make_plan<Policy, Q, T>(c.n);
       if (p.why) return fail(p.why);
       return launch<Policy, Q, T>(c, p, stream);
@@ -316,17 +343,31 @@ struct cuda_ipc {
     }
 
     /// Ring bytes a peer needs for a segment of max_seg values to fit one round (one launch) on
-    /// every path: the widest sub-tile of the object's configurations, for every sub-tile of the
-    /// segment and a flag's worth of rounding.
+    /// every path of the phase schedule (Policy's, and the mid policy's): the most that any of the
+    /// object's configurations needs for every sub-tile of the segment and a flag's worth of
+    /// rounding.
     static size_t one_launch_ring_bytes(size_t max_seg) {
-      using q32 = collective::tile_config<Quant, float, Comp, Policy>;
-      const size_t widest = std::max({q32::sub_bytes, collective::tile_config<Quant, half_t, Comp, Policy>::sub_bytes,
-                                      collective::tile_config<Quant, bfloat16_t, Comp, Policy>::sub_bytes,
-                                      collective::tile_config<quant::none, float, Comp, Policy>::sub_bytes});
+      size_t bytes = one_round_ring_bytes<Policy, Quant>(max_seg, true);
+      if constexpr (has_mid<Quant>) bytes = std::max(bytes, one_round_ring_bytes<Mid<Quant>, Quant>(max_seg, false));
+      return bytes;
+    }
+    /// One round of Pol for calls through Q on every element type (and through quant::none).
+    template <class Pol, class Q>
+    static size_t one_round_ring_bytes(size_t max_seg, bool unquantized_too) {
+      size_t b = std::max({round_bytes<Pol, Q, float>(max_seg), round_bytes<Pol, Q, half_t>(max_seg),
+                           round_bytes<Pol, Q, bfloat16_t>(max_seg)});
+      if (unquantized_too)
+        b = std::max({b, round_bytes<Pol, quant::none, float>(max_seg), round_bytes<Pol, quant::none, half_t>(max_seg),
+                      round_bytes<Pol, quant::none, bfloat16_t>(max_seg)});
+      return (b + 255) & ~size_t(255);
+    }
+    template <class Pol, class Q, class T>
+    static size_t round_bytes(size_t max_seg) {
+      using Cfg = collective::tile_config<Q, T, Comp, Pol>;
       // + 2 flags' worth of values: a quantizer's granule (its group) can lengthen segment 0
-      const size_t values = max_seg + 2 * static_cast<size_t>(Policy::flag_elems);
-      const size_t subs = echo::detail::ceil_div(values, q32::sub_elems) + Policy::flag_elems / q32::sub_elems + 1;
-      return (subs * widest + 255) & ~size_t(255);
+      const size_t values = max_seg + 2 * static_cast<size_t>(Pol::flag_elems);
+      const size_t subs = echo::detail::ceil_div(values, Cfg::sub_elems) + Pol::flag_elems / Cfg::sub_elems + 1;
+      return subs * Cfg::sub_bytes;
     }
 
     template <class Pol, class Q, class T>
@@ -342,6 +383,7 @@ struct cuda_ipc {
       preload_kernel<Policy, quant::none, T>();
       if constexpr (has_wide<Quant>) preload_kernel<Wide<Quant>, Quant, T>();
       if constexpr (has_wide<quant::none>) preload_kernel<Wide<quant::none>, quant::none, T>();
+      if constexpr (has_mid<Quant>) preload_kernel<Mid<Quant>, Quant, T>();
       echo::detail::preload_kernels(collective::oneshot_kernel<T, oneshot_threads>);
     }
 
@@ -431,6 +473,8 @@ struct cuda_ipc {
                   .add(Pol::stage_lag)
                   .add(static_cast<uint64_t>(Pol::threads))
                   .add(static_cast<uint64_t>(Pol::blocks_per_sm))
+                  .add(static_cast<uint64_t>(Pol::lane_values))
+                  .add(static_cast<uint64_t>(Pol::flag_elems))
                   .add(1)
                   .value();
       p.subtiles = static_cast<int>(pl.U);
@@ -513,8 +557,9 @@ struct cuda_ipc {
     unsigned char** d_peers_ = nullptr;
     echo::detail::mapped_status status_;
     const char* error_ = "";
-    size_t wide_from_ = SIZE_MAX, wide_from_unquantized_ = SIZE_MAX;
-    bool last_wide_ = false;
+    size_t wide_from_ = SIZE_MAX, wide_from_lean_ = SIZE_MAX, wide_from_unquantized_ = SIZE_MAX, mid_from_ = SIZE_MAX;
+    bool colocated_ = false;  ///< ranks of comm share a CUDA context (ranks_per_context)
+    bool last_wide_ = false, last_mid_ = false;
   };
 };
 
