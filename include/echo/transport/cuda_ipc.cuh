@@ -289,8 +289,8 @@ struct cuda_ipc {
       }
       if constexpr (has_mid<Q>) {
         if (bytes >= mid_from_) {
-          // Ranks sharing a context need one launch a call, which the rings guarantee for Policy's
-          // tiles only (one_launch_ring_bytes): a mid plan of several rounds falls back to Policy.
+          // Ranks sharing a context need one launch a call (one_launch_ring_bytes sizes their
+          // rings for it); should a mid plan need several rounds there, Policy takes the call.
           const plan m = make_plan<Mid<Q>, Q, T>(c.n);
           last_mid_ = !m.why && (!colocated_ || m.tiles0 <= m.ring);
           if (last_mid_) return launch<Mid<Q>, Q, T>(c, m, stream);
