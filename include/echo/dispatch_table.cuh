@@ -16,27 +16,30 @@ struct dispatch_entry {
   const char* transport;  ///< Transport::name
   const char* link;       ///< "p2p": every peer in this node with peer access; "net": otherwise
   size_t unquantized_below;
-  /// cuda_ipc: from this size on a quantized call runs under the policy's wide variant (0: never).
+  /// cuda_ipc: from this size on a quantized call runs under the policy's wide variant, where the
+  /// policy has no mid variant for it (0: never).
   size_t wide_from = 0;
   /// The same for an unquantized call through the pipeline (quant::none).
   size_t wide_from_unquantized = 0;
-  /// cuda_ipc: from this size on a quantized call runs under the policy's mid variant, up to its
-  /// wide size (0: never).
+  /// cuda_ipc, where the policy has a mid variant: a quantized call runs under it from mid_from
+  /// (0: never), and under the wide variant from mid_to_heavy for heavy calls (error feedback or
+  /// codes above 4 bits; 0: wide_from) and from mid_to_lean for lean ones (0: mid_to_heavy).
   size_t mid_from = 0;
-  /// cuda_ipc: wide_from for lean calls (4 bits or fewer, no error state; 0: wide_from).
-  size_t wide_from_lean = 0;
+  size_t mid_to_heavy = 0;
+  size_t mid_to_lean = 0;
 };
 
 /// Measured with benchmark/echo_bench (docs/benchmarks.md has the run behind each row).
 inline constexpr dispatch_entry dispatch_table[] = {
-    // 2 x H200 NV18: the 16-bit one-shot / pipeline beats the 4-bit path below 2 MiB. The mid
-    // policies (32 values a lane, larger flags) beat the narrow one from 32 MiB and lose at 16 MiB
-    // (4-bit: 31.9 against 31.0 us); the wide ones (stages overlapped) beat them from 256 MiB for
-    // 8-bit (heavy) and from 512 MiB for 4-bit (lean). For the 16-bit pipeline the plain one (8
-    // warps a SM) wins at 64 MiB and loses at 16 MiB (2026-11-30, sixth, seventh and eleventh
-    // sessions, docs/benchmarks.md).
-    {"H200", 2, "cuda_ipc", "p2p", size_t(2) << 20, size_t(256) << 20, size_t(64) << 20, size_t(32) << 20,
-     size_t(512) << 20},
+    // 2 x H200 NV18: the 16-bit one-shot / pipeline beats the 4-bit path below 2 MiB. The wide
+    // policies (stages overlapped; heavy, lean or plain by the call) beat the narrow one from
+    // 256 MiB and lose at 64 MiB; for the 16-bit pipeline the plain one (8 warps a SM) wins at
+    // 64 MiB and loses at 16 MiB (sixth and seventh sessions). The mid policies (32 values a lane,
+    // larger flags) beat the narrow one from 32 MiB and lose at 16 MiB (4-bit: 31.9 against
+    // 31.0 us); the wide ones beat them from 256 MiB for 8-bit (heavy) and from 512 MiB for 4-bit
+    // (lean) (eleventh session; 2026-11-30, docs/benchmarks.md).
+    {"H200", 2, "cuda_ipc", "p2p", size_t(2) << 20, size_t(128) << 20, size_t(64) << 20, size_t(32) << 20,
+     size_t(256) << 20, size_t(512) << 20},
     // transport::nccl over NVLink: NCCL's own all-reduce is faster than the staged 4-bit pipeline
     // below 64 MiB; over sockets (the stand-in for a network) the 4-bit path wins from 1 MiB.
     {"H200", 2, "nccl", "p2p", size_t(64) << 20},
@@ -49,7 +52,7 @@ inline dispatch_entry lookup_dispatch(const char* gpu_name, int ranks, const cha
     if (e.ranks == ranks && std::strstr(gpu_name, e.gpu) && std::strcmp(e.transport, transport) == 0 &&
         std::strcmp(e.link, link) == 0)
       return e;
-  return {"default", ranks, transport, link, 0, 0, 0, 0, 0};
+  return {"default", ranks, transport, link, 0, 0, 0, 0, 0, 0};
 }
 
 }  // namespace echo

@@ -26,13 +26,13 @@ struct all_reduce_options {
   /// variant (pipeline_policy::wide_for; nothing changes where the policy names none); -1: from
   /// echo::dispatch_table for this GPU and P. Results are bit-identical either way.
   long long wide_policy_from_bytes = -1;
-  /// cuda_ipc: from this many bytes on a quantized call below the wide size runs under the
-  /// policy's mid variant (pipeline_policy::mid_for); -1: from echo::dispatch_table. Results are
-  /// bit-identical either way.
-  long long mid_policy_from_bytes = -1;
   /// Refuse pointers the device cannot address as its own memory (pageable host memory, another
   /// GPU's memory) with status::invalid_argument. Costs a cudaPointerGetAttributes per new pointer.
   bool check_pointers = true;
+  /// cuda_ipc: from this many bytes on a quantized call below the wide size runs under the
+  /// policy's mid variant (pipeline_policy::mid_for); -1: from echo::dispatch_table. Results are
+  /// bit-identical either way. (Last, so that older positional initialisers keep their meaning.)
+  long long mid_policy_from_bytes = -1;
 };
 
 }  // namespace echo

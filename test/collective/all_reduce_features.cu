@@ -328,8 +328,10 @@ TEST_CASE("by default the dispatch table decides the unquantized threshold") {
   const auto d = echo::lookup_dispatch(prop.name, static_cast<int>(ars.size()), "cuda_ipc", "p2p");
   CHECK(ars[0]->unquantized_below_bytes() == d.unquantized_below);
   CHECK(ars[0]->engine().wide_from_bytes() == (d.wide_from ? d.wide_from : SIZE_MAX));
-  CHECK(ars[0]->engine().wide_from_lean_bytes() == (d.wide_from_lean ? d.wide_from_lean : ars[0]->engine().wide_from_bytes()));
   CHECK(ars[0]->engine().mid_from_bytes() == (d.mid_from ? d.mid_from : SIZE_MAX));
+  const size_t heavy = d.mid_to_heavy ? d.mid_to_heavy : ars[0]->engine().wide_from_bytes();
+  CHECK(ars[0]->engine().mid_to_bytes(false) == heavy);
+  CHECK(ars[0]->engine().mid_to_bytes(true) == (d.mid_to_lean ? d.mid_to_lean : heavy));
   CHECK(ars[0]->engine().wide_from_unquantized_bytes() == (d.wide_from_unquantized ? d.wide_from_unquantized : SIZE_MAX));
 }
 

@@ -213,10 +213,12 @@ struct cuda_ipc {
       const int P = comm.size();
       const dispatch_entry d = dispatch(P);
       if (opt.wide_policy_from_bytes >= 0) {
-        wide_from_ = wide_from_lean_ = wide_from_unquantized_ = static_cast<size_t>(opt.wide_policy_from_bytes);
+        wide_from_ = mid_to_heavy_ = mid_to_lean_ = wide_from_unquantized_ =
+            static_cast<size_t>(opt.wide_policy_from_bytes);
       } else {
         if (d.wide_from) wide_from_ = d.wide_from;
-        wide_from_lean_ = d.wide_from_lean ? d.wide_from_lean : wide_from_;
+        mid_to_heavy_ = d.mid_to_heavy ? d.mid_to_heavy : wide_from_;
+        mid_to_lean_ = d.mid_to_lean ? d.mid_to_lean : mid_to_heavy_;
         if (d.wide_from_unquantized) wide_from_unquantized_ = d.wide_from_unquantized;
       }
       if (opt.mid_policy_from_bytes >= 0) mid_from_ = static_cast<size_t>(opt.mid_policy_from_bytes);
@@ -258,13 +260,22 @@ struct cuda_ipc {
     int device_status() const { return status_.read(); }
     dispatch_entry dispatch(int ranks) const { return lookup_dispatch(gpu_name_.c_str(), ranks, transport_name, "p2p"); }
 
-    /// From this many bytes a quantized call runs under the policy's wide variant (SIZE_MAX: never).
+    /// From this many bytes a quantized call runs under the policy's wide variant, where the
+    /// policy has no mid variant for it (SIZE_MAX: never).
     size_t wide_from_bytes() const { return wide_from_; }
-    /// The same for lean calls (4 bits or fewer without error state).
-    size_t wide_from_lean_bytes() const { return wide_from_lean_; }
     /// From this many bytes a quantized call below its wide size runs under the policy's mid
     /// variant (SIZE_MAX: never).
     size_t mid_from_bytes() const { return mid_from_; }
+    /// Where the policy has a mid variant: the wide size of lean calls (4 bits or fewer without
+    /// error state) and of heavy ones.
+    size_t mid_to_bytes(bool lean) const { return lean ? mid_to_lean_ : mid_to_heavy_; }
+    /// The size from which a call through Q runs under the wide variant.
+    template <class Q>
+    size_t wide_size() const {
+      if constexpr (!Q::quantizes) return wide_from_unquantized_;
+      else if constexpr (!has_mid<Q>) return wide_from_;
+      else return mid_to_bytes(collective::detail::weight_of<Q, Comp>() == collective::call_weight::lean);
+    }
     /// The same for an unquantized call through the pipeline (quant::none).
     size_t wide_from_unquantized_bytes() const { return wide_from_unquantized_; }
     /// Whether the last quantized-path call ran under the wide variant (tests, diagnostics).
@@ -280,8 +291,7 @@ struct cuda_ipc {
       const size_t bytes = c.n * sizeof(T);
       last_wide_ = last_mid_ = false;
       if constexpr (has_wide<Q>) {
-        const bool lean = collective::detail::weight_of<Q, Comp>() == collective::call_weight::lean;
-        if (bytes >= (std::is_same<Q, quant::none>::value ? wide_from_unquantized_ : lean ? wide_from_lean_ : wide_from_)) {
+        if (bytes >= wide_size<Q>()) {
           const plan w = make_plan<Wide<Q>, Q, T>(c.n);
           last_wide_ = !w.why;
           if (!w.why) return launch<Wide<Q>, Q, T>(c, w, stream);
@@ -290,9 +300,10 @@ struct cuda_ipc {
       if constexpr (has_mid<Q>) {
         if (bytes >= mid_from_) {
           // Ranks sharing a context need one launch a call (one_launch_ring_bytes sizes their
-          // rings for it); should a mid plan need several rounds there, Policy takes the call.
+          // rings for it); should a phase-schedule mid plan need several rounds there, Policy
+          // takes the call.
           const plan m = make_plan<Mid<Q>, Q, T>(c.n);
-          last_mid_ = !m.why && (!colocated_ || m.tiles0 <= m.ring);
+          last_mid_ = !m.why && (!colocated_ || Mid<Q>::stage_lag > 0 || m.tiles0 <= m.ring);
           if (last_mid_) return launch<Mid<Q>, Q, T>(c, m, stream);
         }
       }
@@ -305,7 +316,10 @@ struct cuda_ipc {
     /// the pipeline (which, with a compensator, continues the chain: it keeps the rounding errors).
     template <class T>
     status run_unquantized(const collective::call<T>& c, cudaStream_t stream) {
-      if (c.n * sizeof(T) <= oneshot_bytes) return run_oneshot(c, stream);
+      if (c.n * sizeof(T) <= oneshot_bytes) {
+        last_wide_ = last_mid_ = false;
+        return run_oneshot(c, stream);
+      }
       return run<quant::none>(c, stream);
     }
 
@@ -348,7 +362,9 @@ struct cuda_ipc {
     /// rounding.
     static size_t one_launch_ring_bytes(size_t max_seg) {
       size_t bytes = one_round_ring_bytes<Policy, Quant>(max_seg, true);
-      if constexpr (has_mid<Quant>) bytes = std::max(bytes, one_round_ring_bytes<Mid<Quant>, Quant>(max_seg, false));
+      if constexpr (has_mid<Quant>) {
+        if (Mid<Quant>::stage_lag == 0) bytes = std::max(bytes, one_round_ring_bytes<Mid<Quant>, Quant>(max_seg, false));
+      }
       return bytes;
     }
     /// One round of Pol for calls through Q on every element type (and through quant::none).
@@ -421,7 +437,7 @@ struct cuda_ipc {
         // eleventh session).
         const size_t fits = layout_.ring_bytes / ((2 * static_cast<size_t>(Pol::stage_lag) + 1) * resident * Cfg::sub_bytes);
         const bool reused = echo::detail::ceil_div(subs0, U) > layout_.ring_bytes / (U * Cfg::sub_bytes);
-        if (reused && fits < U) U = std::max(fits, u_min);
+        if (reused && fits >= 1 && fits < U) U = std::max(fits, u_min);
       }
       const size_t tiles0 = echo::detail::ceil_div(subs0, U);
       const size_t slots = layout_.ring_bytes / (U * Cfg::sub_bytes);
@@ -557,7 +573,8 @@ struct cuda_ipc {
     unsigned char** d_peers_ = nullptr;
     echo::detail::mapped_status status_;
     const char* error_ = "";
-    size_t wide_from_ = SIZE_MAX, wide_from_lean_ = SIZE_MAX, wide_from_unquantized_ = SIZE_MAX, mid_from_ = SIZE_MAX;
+    size_t wide_from_ = SIZE_MAX, wide_from_unquantized_ = SIZE_MAX;
+    size_t mid_from_ = SIZE_MAX, mid_to_heavy_ = SIZE_MAX, mid_to_lean_ = SIZE_MAX;
     bool colocated_ = false;  ///< ranks of comm share a CUDA context (ranks_per_context)
     bool last_wide_ = false, last_mid_ = false;
   };
