@@ -276,11 +276,12 @@ TEST_CASE("the wide policy: forced at every size, and switched by size within on
 
 TEST_CASE("the mid policy: forced at every size through rings it wraps in rounds, and three tiers on one object") {
   // Forced: every quantized call takes the mid policy (32 values a lane, 8192 or 16384 a flag),
-  // with rings small enough for several rounds (one round where ranks share a context).
+  // with rings small enough for several rounds (n = 1000003 at P = 2: 245 tiles, 120 slots; one
+  // round where ranks share a context).
   echo::all_reduce_options mid;
   mid.mid_policy_from_bytes = 0;
   mid.wide_policy_from_bytes = std::numeric_limits<long long>::max();
-  mid.workspace_bytes = size_t(1) << 20;
+  mid.workspace_bytes = size_t(512) << 10;
   reference_check<za4, echo::comp::none, bf16> lean(1000003, mid);  // lean: 16384 a flag
   CHECK(lean.ar(0).engine().mid_from_bytes() == 0);
   for (size_t n : {size_t(1000003), size_t(4097), size_t(1000003), size_t(31)}) {
@@ -296,10 +297,15 @@ TEST_CASE("the mid policy: forced at every size through rings it wraps in rounds
     CHECK(heavy.ar(0).engine().last_run_mid());
   }
   reference_check<echo::quant::zero_aware<8, 128>, ef16, bf16> h8(300007, mid);  // 8-bit: 16 a lane
-  for (size_t n : {size_t(300007), size_t(300007), size_t(4099)}) h8.step(n);
-  CHECK(h8.ar(0).engine().last_run_mid());
+  for (size_t n : {size_t(300007), size_t(300007), size_t(4099)}) {
+    h8.step(n);
+    CHECK(h8.ar(0).engine().last_run_mid());
+  }
   reference_check<echo::quant::zero_aware<4, 32>, echo::comp::none, echo::half_t> g32(300007, mid);  // a group a lane
-  for (size_t n : {size_t(300007), size_t(33)}) g32.step(n);
+  for (size_t n : {size_t(300007), size_t(33)}) {
+    g32.step(n);
+    CHECK(g32.ar(0).engine().last_run_mid());
+  }
   reference_check<za4, efs8, float> f32(300007, mid);  // 4-byte elements: 16 values a lane
   for (size_t n : {size_t(300007), size_t(300007)}) f32.step(n);
   CHECK(f32.ar(0).engine().last_run_mid());
