@@ -6,6 +6,7 @@
 
 #include "config.cuh"
 
+#include <cstdint>
 #include <cstring>
 
 namespace echo {
@@ -22,11 +23,14 @@ struct dispatch_entry {
   /// The same for an unquantized call through the pipeline (quant::none).
   size_t wide_from_unquantized = 0;
   /// cuda_ipc, where the policy has a mid variant: a quantized call runs under it from mid_from
-  /// (0: never), and under the wide variant from mid_to_heavy for heavy calls (error feedback or
-  /// codes above 4 bits; 0: wide_from) and from mid_to_lean for lean ones (0: mid_to_heavy).
+  /// (0: never), and under the wide variant from the size of its collective::call_weight:
+  /// mid_to_heavy (codes above 4 bits; 0: wide_from), mid_to_lean (4 bits or fewer without state;
+  /// 0: mid_to_heavy), mid_to_stateful (4 bits or fewer with error-feedback state; 0: mid_to_heavy;
+  /// SIZE_MAX: never).
   size_t mid_from = 0;
   size_t mid_to_heavy = 0;
   size_t mid_to_lean = 0;
+  size_t mid_to_stateful = 0;
 };
 
 /// Measured with benchmark/echo_bench (docs/benchmarks.md has the run behind each row).
@@ -37,9 +41,11 @@ inline constexpr dispatch_entry dispatch_table[] = {
     // 64 MiB and loses at 16 MiB (sixth and seventh sessions). The mid policies (32 values a lane,
     // larger flags) beat the narrow one from 32 MiB and lose at 16 MiB (4-bit: 31.9 against
     // 31.0 us); the wide ones beat them from 256 MiB for 8-bit (heavy) and from 512 MiB for 4-bit
-    // (lean) (eleventh session; 2026-11-30, docs/benchmarks.md).
+    // (lean) (eleventh session; 2026-11-30, docs/benchmarks.md); for 4-bit + error feedback
+    // (stateful) never up to 1 GiB (256 MiB: 352 against 387 us; 1 GiB: 1408 against 1480 us;
+    // twelfth session).
     {"H200", 2, "cuda_ipc", "p2p", size_t(2) << 20, size_t(128) << 20, size_t(64) << 20, size_t(32) << 20,
-     size_t(256) << 20, size_t(512) << 20},
+     size_t(256) << 20, size_t(512) << 20, SIZE_MAX},
     // transport::nccl over NVLink: NCCL's own all-reduce is faster than the staged 4-bit pipeline
     // below 64 MiB; over sockets (the stand-in for a network) the 4-bit path wins from 1 MiB.
     {"H200", 2, "nccl", "p2p", size_t(64) << 20},
@@ -52,7 +58,7 @@ inline dispatch_entry lookup_dispatch(const char* gpu_name, int ranks, const cha
     if (e.ranks == ranks && std::strstr(gpu_name, e.gpu) && std::strcmp(e.transport, transport) == 0 &&
         std::strcmp(e.link, link) == 0)
       return e;
-  return {"default", ranks, transport, link, 0, 0, 0, 0, 0, 0};
+  return {"default", ranks, transport, link, 0, 0, 0, 0, 0, 0, 0};
 }
 
 }  // namespace echo

@@ -335,9 +335,24 @@ TEST_CASE("by default the dispatch table decides the unquantized threshold") {
   CHECK(ars[0]->unquantized_below_bytes() == d.unquantized_below);
   CHECK(ars[0]->engine().wide_from_bytes() == (d.wide_from ? d.wide_from : SIZE_MAX));
   CHECK(ars[0]->engine().mid_from_bytes() == (d.mid_from ? d.mid_from : SIZE_MAX));
-  const size_t heavy = d.mid_to_heavy ? d.mid_to_heavy : ars[0]->engine().wide_from_bytes();
-  CHECK(ars[0]->engine().mid_to_bytes(false) == heavy);
-  CHECK(ars[0]->engine().mid_to_bytes(true) == (d.mid_to_lean ? d.mid_to_lean : heavy));
+  using K = echo::collective::call_weight;
+  const auto& e = ars[0]->engine();
+  const size_t heavy = d.mid_to_heavy ? d.mid_to_heavy : e.wide_from_bytes();
+  CHECK(e.mid_to_bytes(K::heavy) == heavy);
+  CHECK(e.mid_to_bytes(K::lean) == (d.mid_to_lean ? d.mid_to_lean : heavy));
+  CHECK(e.mid_to_bytes(K::stateful) == (d.mid_to_stateful ? d.mid_to_stateful : heavy));
+  // Each call takes the wide size of its weight: 4-bit and 8-bit without state, the 16-bit
+  // pipeline, and 4-bit with error-feedback state.
+  static_assert(echo::collective::detail::weight_of<za4, echo::comp::none>() == K::lean, "");
+  static_assert(echo::collective::detail::weight_of<za4, echo::comp::error_feedback<>>() == K::stateful, "");
+  static_assert(echo::collective::detail::weight_of<echo::quant::zero_aware<8, 128>, ef16>() == K::heavy, "");
+  static_assert(echo::collective::detail::weight_of<echo::quant::none, ef16>() == K::heavy, "");
+  static_assert(echo::collective::detail::weight_of<echo::quant::none, echo::comp::none>() == K::plain, "");
+  CHECK(e.template wide_size<za4>() == e.mid_to_bytes(K::lean));
+  CHECK(e.template wide_size<echo::quant::zero_aware<8, 128>>() == e.mid_to_bytes(K::heavy));
+  CHECK(e.template wide_size<echo::quant::none>() == e.wide_from_unquantized_bytes());
+  auto stateful = make_all<echo::all_reduce<za4, echo::transport::cuda_ipc, echo::comp::error_feedback<>>>(1000);
+  CHECK(stateful[0]->engine().template wide_size<za4>() == e.mid_to_bytes(K::stateful));
   CHECK(ars[0]->engine().wide_from_unquantized_bytes() == (d.wide_from_unquantized ? d.wide_from_unquantized : SIZE_MAX));
 }
 

@@ -8,19 +8,27 @@
 
 namespace echo::collective {
 
-/// What a call asks of the pipeline, which picks its wide policy (wide_policy_t):
-///   heavy  it keeps error-feedback state, or codes above 4 bits (whose codec takes 16 values a
-///          lane): more operands in registers; it wants more warps;
-///   lean   4 bits or fewer without state: gains more from 32 values a lane at fewer warps;
-///   plain  the 16-bit pipeline without state: bound by the link, little arithmetic; from 64 MiB
-///          fewer warps win (docs/benchmarks.md, seventh session).
-enum class call_weight { lean, heavy, plain };
+/// What a call asks of the pipeline, which picks its wide and mid policies (wide_policy_t,
+/// mid_policy_t) and, in the dispatch table, the size from which it runs wide:
+///   heavy     codes above 4 bits (whose codec takes 16 values a lane), or the 16-bit pipeline
+///             with error-feedback state: more operands in registers; it wants more warps;
+///   lean      4 bits or fewer without state: gains more from 32 values a lane at fewer warps;
+///   plain     the 16-bit pipeline without state: bound by the link, little arithmetic; from
+///             64 MiB fewer warps win (docs/benchmarks.md, seventh session);
+///   stateful  4 bits or fewer with error-feedback state: the codec of a lean call, the operands
+///             of a heavy one. Its own weight because its best tiers differ from both: on
+///             2 x H200 the mid policy beats the wide one up to 1 GiB, where for 8-bit the wide
+///             one wins from 256 MiB (docs/benchmarks.md, twelfth session).
+enum class call_weight { lean, heavy, plain, stateful };
 
-/// Policies chosen by the call (Plain defaults to Lean): a pipeline_policy's wide or mid variant.
-template <class Lean, class Heavy, class Plain = Lean>
+/// Policies chosen by the call (Plain defaults to Lean, Stateful to Heavy): a pipeline_policy's
+/// wide or mid variant.
+template <class Lean, class Heavy, class Plain = Lean, class Stateful = Heavy>
 struct wide_by_call {
   template <call_weight K>
-  using select = std::conditional_t<K == call_weight::heavy, Heavy, std::conditional_t<K == call_weight::plain, Plain, Lean>>;
+  using select = std::conditional_t<
+      K == call_weight::heavy, Heavy,
+      std::conditional_t<K == call_weight::plain, Plain, std::conditional_t<K == call_weight::stateful, Stateful, Lean>>>;
 };
 
 namespace detail {
@@ -29,15 +37,16 @@ struct wide_of {  // one wide policy for every call (void: the policy itself)
   template <call_weight>
   using select = std::conditional_t<std::is_void<Wide>::value, Self, Wide>;
 };
-template <class Lean, class Heavy, class Plain, class Self>
-struct wide_of<wide_by_call<Lean, Heavy, Plain>, Self> : wide_by_call<Lean, Heavy, Plain> {};
+template <class Lean, class Heavy, class Plain, class Stateful, class Self>
+struct wide_of<wide_by_call<Lean, Heavy, Plain, Stateful>, Self> : wide_by_call<Lean, Heavy, Plain, Stateful> {};
 
 template <class P>
 constexpr bool is_leaf_policy();  // names no wide or mid variant of its own (below)
 
 template <class Q, class Comp>
 constexpr call_weight weight_of() {
-  if constexpr (Q::quantizes) return Comp::keeps_state || Q::bits > 4 ? call_weight::heavy : call_weight::lean;
+  if constexpr (Q::quantizes)
+    return Q::bits > 4 ? call_weight::heavy : Comp::keeps_state ? call_weight::stateful : call_weight::lean;
   else return Comp::keeps_state ? call_weight::heavy : call_weight::plain;
 }
 }  // namespace detail
@@ -94,14 +103,14 @@ struct pipeline_policy {
     return std::is_same<W, pipeline_policy>::value || (W::stage_lag >= 1 && detail::is_leaf_policy<W>());
   }
   static_assert(valid_wide<wide_for<call_weight::lean>>() && valid_wide<wide_for<call_weight::heavy>>() &&
-                    valid_wide<wide_for<call_weight::plain>>(),
+                    valid_wide<wide_for<call_weight::plain>>() && valid_wide<wide_for<call_weight::stateful>>(),
                 "pipeline_policy: a wide policy must have stage_lag >= 1 and no wide or mid policy of its own");
   template <class M>
   static constexpr bool valid_mid() {
     return std::is_same<M, pipeline_policy>::value || detail::is_leaf_policy<M>();
   }
   static_assert(valid_mid<mid_for<call_weight::lean>>() && valid_mid<mid_for<call_weight::heavy>>() &&
-                    valid_mid<mid_for<call_weight::plain>>(),
+                    valid_mid<mid_for<call_weight::plain>>() && valid_mid<mid_for<call_weight::stateful>>(),
                 "pipeline_policy: a mid policy must name no wide or mid policy of its own");
 };
 
@@ -112,9 +121,11 @@ constexpr bool is_leaf_policy() {
   return std::is_same<typename P::template wide_for<K::lean>, P>::value &&
          std::is_same<typename P::template wide_for<K::heavy>, P>::value &&
          std::is_same<typename P::template wide_for<K::plain>, P>::value &&
+         std::is_same<typename P::template wide_for<K::stateful>, P>::value &&
          std::is_same<typename P::template mid_for<K::lean>, P>::value &&
          std::is_same<typename P::template mid_for<K::heavy>, P>::value &&
-         std::is_same<typename P::template mid_for<K::plain>, P>::value;
+         std::is_same<typename P::template mid_for<K::plain>, P>::value &&
+         std::is_same<typename P::template mid_for<K::stateful>, P>::value;
 }
 }  // namespace detail
 
@@ -128,12 +139,13 @@ using mid_policy_t = typename Policy::template mid_for<detail::weight_of<Q, Comp
 /// 256 threads, 2 blocks a SM, the phase schedule; from the dispatch table's mid size on (quantized
 /// calls), the phase schedule at 32 values a lane (eleventh session):
 ///   lean   16384 values a flag (4-bit: 64 MiB 105 -> 85 us, 128 MiB 188 -> 155 us);
-///   heavy  8192 values a flag (4-bit + EF: 64 MiB 118 -> 94 us; 8-bit, whose codec takes 16
-///          values a lane, unchanged);
+///   heavy  8192 values a flag, for stateful calls too (4-bit + EF: 64 MiB 118 -> 94 us; 8-bit,
+///          whose codec takes 16 values a lane, unchanged);
 /// from its wide size on, the stages overlapped (sixth and seventh sessions):
 ///   lean   2 blocks a SM, 32 values a lane, 16384 values a flag (4-bit 1 GiB: 2.93x -> 3.07x);
 ///   heavy  3 blocks a SM, 8192 values a flag, asking L2 for its input one sub-tile ahead (2-3 %
-///          from 256 MiB; nothing for the lean calls, and the 16-bit pipeline 1 % slower);
+///          from 256 MiB; nothing for the lean calls, and the 16-bit pipeline 1 % slower); for
+///          stateful calls too, where the dispatch table sends them wide (on 2 x H200: never);
 ///   plain  1 block a SM of 8 warps, 8192 values a flag (16-bit 256 MiB: 0.96x -> 1.08x NCCL).
 using default_policy = pipeline_policy<256, 2, 4096, 16, 0,
                                        wide_by_call<pipeline_policy<256, 2, 16384, 32, 1>,

@@ -213,12 +213,13 @@ struct cuda_ipc {
       const int P = comm.size();
       const dispatch_entry d = dispatch(P);
       if (opt.wide_policy_from_bytes >= 0) {
-        wide_from_ = mid_to_heavy_ = mid_to_lean_ = wide_from_unquantized_ =
+        wide_from_ = mid_to_heavy_ = mid_to_lean_ = mid_to_stateful_ = wide_from_unquantized_ =
             static_cast<size_t>(opt.wide_policy_from_bytes);
       } else {
         if (d.wide_from) wide_from_ = d.wide_from;
         mid_to_heavy_ = d.mid_to_heavy ? d.mid_to_heavy : wide_from_;
         mid_to_lean_ = d.mid_to_lean ? d.mid_to_lean : mid_to_heavy_;
+        mid_to_stateful_ = d.mid_to_stateful ? d.mid_to_stateful : mid_to_heavy_;
         if (d.wide_from_unquantized) wide_from_unquantized_ = d.wide_from_unquantized;
       }
       if (opt.mid_policy_from_bytes >= 0) mid_from_ = static_cast<size_t>(opt.mid_policy_from_bytes);
@@ -266,15 +267,19 @@ struct cuda_ipc {
     /// From this many bytes a quantized call below its wide size runs under the policy's mid
     /// variant (SIZE_MAX: never).
     size_t mid_from_bytes() const { return mid_from_; }
-    /// Where the policy has a mid variant: the wide size of lean calls (4 bits or fewer without
-    /// error state) and of heavy ones.
-    size_t mid_to_bytes(bool lean) const { return lean ? mid_to_lean_ : mid_to_heavy_; }
+    /// Where the policy has a mid variant: the wide size of a quantized call of weight k
+    /// (collective::call_weight: lean, stateful or heavy; SIZE_MAX: never).
+    size_t mid_to_bytes(collective::call_weight k) const {
+      return k == collective::call_weight::lean ? mid_to_lean_
+             : k == collective::call_weight::stateful ? mid_to_stateful_
+                                                      : mid_to_heavy_;
+    }
     /// The size from which a call through Q runs under the wide variant.
     template <class Q>
     size_t wide_size() const {
       if constexpr (!Q::quantizes) return wide_from_unquantized_;
       else if constexpr (!has_mid<Q>) return wide_from_;
-      else return mid_to_bytes(collective::detail::weight_of<Q, Comp>() == collective::call_weight::lean);
+      else return mid_to_bytes(collective::detail::weight_of<Q, Comp>());
     }
     /// The same for an unquantized call through the pipeline (quant::none).
     size_t wide_from_unquantized_bytes() const { return wide_from_unquantized_; }
@@ -574,7 +579,7 @@ struct cuda_ipc {
     echo::detail::mapped_status status_;
     const char* error_ = "";
     size_t wide_from_ = SIZE_MAX, wide_from_unquantized_ = SIZE_MAX;
-    size_t mid_from_ = SIZE_MAX, mid_to_heavy_ = SIZE_MAX, mid_to_lean_ = SIZE_MAX;
+    size_t mid_from_ = SIZE_MAX, mid_to_heavy_ = SIZE_MAX, mid_to_lean_ = SIZE_MAX, mid_to_stateful_ = SIZE_MAX;
     bool colocated_ = false;  ///< ranks of comm share a CUDA context (ranks_per_context)
     bool last_wide_ = false, last_mid_ = false;
   };
