@@ -71,8 +71,9 @@ using policy = echo::collective::pipeline_policy<Threads, Blocks, FlagElems, Lan
 template <int Threads, int Blocks, int LaneValues, int Prefetch, int Lag = 1, int FlagElems = 8192>
 using prefetching = echo::collective::pipeline_policy<Threads, Blocks, FlagElems, LaneValues, Lag, void, Prefetch>;
 /// The default policy's parts, each alone at every size: its narrow policy, and the mid and wide
-/// policies each configuration gets (collective::wide_policy_t: lean for 4-bit without state, heavy for
-/// error feedback and 8-bit, plain for the 16-bit pipeline without state).
+/// policies each configuration gets (collective::wide_policy_t: lean for 4-bit without state,
+/// stateful for 4-bit with error feedback (the heavy policies by default), heavy for 8-bit, plain
+/// for the 16-bit pipeline without state).
 using narrow = echo::collective::pipeline_policy<>;
 template <class Q, class C>
 using wide = echo::collective::wide_policy_t<default_policy, Q, C>;
@@ -150,6 +151,10 @@ const std::vector<variant_spec>& variants() {
       {"echo_int4_w16", make_echo<za4, c0, true, ipc, default_policy, 16>},
       {"echo_int4_pf1", make_echo<za4, c0, true, ipc, prefetching<256, 2, 32, 1, 1, 16384>>},
       {"echo_int4_ef_t256x3", make_echo<za4, ef, true, ipc, policy<256, 3>>},
+      {"echo_int4_v32_f24576", make_echo<za4, c0, true, ipc, policy<256, 2, 24576, 32>>},
+      {"echo_int4_v32_f16384_lag2_w256", make_echo<za4, c0, true, ipc, policy<256, 2, 16384, 32, 2>, 256>},
+      {"echo_int4_wide_w256", make_echo<za4, c0, true, ipc, wide<za4, c0>, 256>},
+      {"echo_int4_ef_mid_w256", make_echo<za4, ef, true, ipc, mid<za4, ef>, 256>},
       {"echo_none_t256x3", make_echo<q16, c0, true, ipc, policy<256, 3>>},
   };
   return table;
