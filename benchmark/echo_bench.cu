@@ -151,8 +151,6 @@ const std::vector<variant_spec>& variants() {
       {"echo_int4_w16", make_echo<za4, c0, true, ipc, default_policy, 16>},
       {"echo_int4_pf1", make_echo<za4, c0, true, ipc, prefetching<256, 2, 32, 1, 1, 16384>>},
       {"echo_int4_ef_t256x3", make_echo<za4, ef, true, ipc, policy<256, 3>>},
-      {"echo_int4_ef_lean_f8192", make_echo<za4, ef, true, ipc, prefetching<256, 2, 32, 1, 1, 8192>>},
-      {"echo_int4_ef_l0_v32_f16384", make_echo<za4, ef, true, ipc, policy<256, 2, 16384, 32, 0>>},
       {"echo_none_t256x3", make_echo<q16, c0, true, ipc, policy<256, 3>>},
   };
   return table;
