@@ -30,8 +30,11 @@ struct all_reduce_options {
   /// GPU's memory) with status::invalid_argument. Costs a cudaPointerGetAttributes per new pointer.
   bool check_pointers = true;
   /// cuda_ipc: from this many bytes on a quantized call below the wide size runs under the
-  /// policy's mid variant (pipeline_policy::mid_for); -1: from echo::dispatch_table. Results are
-  /// bit-identical either way. (Last, so that older positional initialisers keep their meaning.)
+  /// policy's mid variant (pipeline_policy::mid_for); -1: from echo::dispatch_table. Below it a
+  /// quantized call goes wide from the table's wide_from, as under a policy without a mid variant
+  /// (so a large value switches the mid tier off, and no call weight is left narrow at every
+  /// size). Results are bit-identical either way. (Last, so that older positional initialisers
+  /// keep their meaning.)
   long long mid_policy_from_bytes = -1;
 };
 

@@ -289,7 +289,7 @@ TEST_CASE("the mid policy: forced at every size through rings it wraps in rounds
     CHECK(lean.ar(0).engine().last_run_mid());
     CHECK(!lean.ar(0).engine().last_run_wide());
   }
-  // heavy: the default state (step8), fused and deferred, in place too
+  // stateful: the default state (step8), fused and deferred, in place too
   reference_check<za4, echo::comp::error_feedback<>, bf16> heavy(1000003, mid);
   const size_t hs[] = {1000003, 1000003, 70001, 70001, 1000003};
   for (int k = 0; k < 5; ++k) {
@@ -351,8 +351,42 @@ TEST_CASE("by default the dispatch table decides the unquantized threshold") {
   CHECK(e.template wide_size<za4>() == e.mid_to_bytes(K::lean));
   CHECK(e.template wide_size<echo::quant::zero_aware<8, 128>>() == e.mid_to_bytes(K::heavy));
   CHECK(e.template wide_size<echo::quant::none>() == e.wide_from_unquantized_bytes());
-  auto stateful = make_all<echo::all_reduce<za4, echo::transport::cuda_ipc, echo::comp::error_feedback<>>>(1000);
-  CHECK(stateful[0]->engine().template wide_size<za4>() == e.mid_to_bytes(K::stateful));
+  using stateful_ar = echo::all_reduce<za4, echo::transport::cuda_ipc, echo::comp::error_feedback<>>;
+  auto stateful = make_all<stateful_ar>(1000);
+  const auto& s = stateful[0]->engine();
+  CHECK(s.template wide_size<za4>() == e.mid_to_bytes(K::stateful));
+  // The tier each call asks for, by size (no call made: such messages are too large for a test).
+  using tier = echo::collective::tier;
+  if (d.mid_from) {
+    CHECK(e.template tier_for<za4>(d.mid_from - 1) == tier::narrow);
+    CHECK(e.template tier_for<za4>(d.mid_from) == tier::mid);
+    CHECK(s.template tier_for<za4>(d.mid_from) == tier::mid);
+    if (d.mid_to_lean) CHECK(e.template tier_for<za4>(d.mid_to_lean) == tier::wide);
+    if (d.mid_to_stateful == SIZE_MAX) CHECK(s.template tier_for<za4>(size_t(1) << 40) == tier::mid);
+  }
+  // The mid tier switched off by the options: every weight, the stateful one too, goes wide from
+  // the table's wide_from as under a policy without a mid variant; none stays narrow.
+  stateful_ar::options off;
+  off.mid_policy_from_bytes = std::numeric_limits<long long>::max();
+  auto no_mid = make_all<stateful_ar>(1000, off);
+  const auto& o = no_mid[0]->engine();
+  CHECK(o.template tier_for<za4>(size_t(1) << 40) == (d.wide_from ? tier::wide : tier::narrow));
+  if (d.wide_from) {
+    CHECK(o.template tier_for<za4>(d.wide_from - 1) == tier::narrow);
+    CHECK(o.template tier_for<za4>(d.wide_from) == tier::wide);
+  }
+  // Both sizes from the options (any GPU): narrow, mid, wide.
+  stateful_ar::options both;
+  both.mid_policy_from_bytes = 1 << 20;
+  both.wide_policy_from_bytes = 2 << 20;
+  auto three = make_all<stateful_ar>(1000, both);
+  const auto& t = three[0]->engine();
+  CHECK(t.template tier_for<za4>((1 << 20) - 1) == tier::narrow);
+  CHECK(t.template tier_for<za4>(1 << 20) == tier::mid);
+  CHECK(t.template tier_for<za4>((2 << 20) - 1) == tier::mid);
+  CHECK(t.template tier_for<za4>(2 << 20) == tier::wide);
+  CHECK(t.template tier_for<echo::quant::none>(2 << 20) == tier::wide);
+  CHECK(t.template tier_for<echo::quant::none>((2 << 20) - 1) == tier::narrow);
   CHECK(ars[0]->engine().wide_from_unquantized_bytes() == (d.wide_from_unquantized ? d.wide_from_unquantized : SIZE_MAX));
 }
 

@@ -288,15 +288,33 @@ struct cuda_ipc {
     /// Whether the last quantized-path call ran under the mid variant.
     bool last_run_mid() const { return last_mid_; }
 
-    /// A call through quantizer Q (Quant, or quant::none) on every rank: under the wide policy
-    /// from its wide size on where its flow control fits the rings, else (quantized) under the mid
+    using tier = collective::tier;
+    /// The tier a call of this many bytes through Q asks for (run() still falls back where the
+    /// plan does not fit): wide from its wide size on; mid from mid_from_bytes() on; else narrow.
+    /// A quantized call that the mid tier does not take (below mid_from_bytes()) runs as under a
+    /// policy without a mid variant, wide from wide_from_bytes(): so a call weight whose table entry
+    /// never goes wide (SIZE_MAX) still does when options move the mid tier away.
+    template <class Q>
+    tier tier_for(size_t bytes) const {
+      if constexpr (has_wide<Q>) {
+        if (bytes >= wide_size<Q>()) return tier::wide;
+        if constexpr (has_mid<Q>)
+          if (bytes < mid_from_ && bytes >= wide_from_) return tier::wide;
+      }
+      if constexpr (has_mid<Q>)
+        if (bytes >= mid_from_) return tier::mid;
+      return tier::narrow;
+    }
+
+    /// A call through quantizer Q (Quant, or quant::none) on every rank: under the tier
+    /// tier_for() names where its flow control fits the rings, else (quantized) under the mid
     /// policy from mid_from_bytes() on, else under Policy.
     template <class Q, class T>
     status run(const collective::call<T>& c, cudaStream_t stream) {
       const size_t bytes = c.n * sizeof(T);
       last_wide_ = last_mid_ = false;
       if constexpr (has_wide<Q>) {
-        if (bytes >= wide_size<Q>()) {
+        if (tier_for<Q>(bytes) == tier::wide) {
           const plan w = make_plan<Wide<Q>, Q, T>(c.n);
           last_wide_ = !w.why;
           if (!w.why) return launch<Wide<Q>, Q, T>(c, w, stream);
