@@ -21,10 +21,6 @@ namespace echo::collective {
 ///             one wins from 256 MiB (docs/benchmarks.md, twelfth session).
 enum class call_weight { lean, heavy, plain, stateful };
 
-/// Which of a policy's variants a call runs under, by size (the cuda_ipc engine's tier_for): the
-/// policy itself, its mid variant (mid_for) or its wide variant (wide_for).
-enum class tier { narrow, mid, wide };
-
 /// Policies chosen by the call (Plain defaults to Lean, Stateful to Heavy): a pipeline_policy's
 /// wide or mid variant.
 template <class Lean, class Heavy, class Plain = Lean, class Stateful = Heavy>

@@ -11,6 +11,7 @@
 #include "../collective/oneshot_kernel.cuh"
 #include "../collective/pipeline_kernel.cuh"
 #include "../collective/pipeline_policy.cuh"
+#include "../collective/tier.cuh"
 #include "../communicator.cuh"
 #include "../detail/ceil_div.cuh"
 #include "../detail/cuda_check.cuh"
@@ -289,21 +290,17 @@ struct cuda_ipc {
     bool last_run_mid() const { return last_mid_; }
 
     using tier = collective::tier;
-    /// The tier a call of this many bytes through Q asks for (run() still falls back where the
-    /// plan does not fit): wide from its wide size on; mid from mid_from_bytes() on; else narrow.
-    /// A quantized call that the mid tier does not take (below mid_from_bytes()) runs as under a
-    /// policy without a mid variant, wide from wide_from_bytes(): so a call weight whose table entry
-    /// never goes wide (SIZE_MAX) still does when options move the mid tier away.
+    /// The tier a call of this many bytes through Q asks for (collective::tier_for over this
+    /// object's sizes; run() still falls back where the plan does not fit the rings).
     template <class Q>
     tier tier_for(size_t bytes) const {
-      if constexpr (has_wide<Q>) {
-        if (bytes >= wide_size<Q>()) return tier::wide;
-        if constexpr (has_mid<Q>)
-          if (bytes < mid_from_ && bytes >= wide_from_) return tier::wide;
-      }
-      if constexpr (has_mid<Q>)
-        if (bytes >= mid_from_) return tier::mid;
-      return tier::narrow;
+      collective::tier_sizes s;
+      s.has_wide = has_wide<Q>;
+      s.has_mid = has_mid<Q>;
+      s.wide = wide_size<Q>();
+      s.mid_from = mid_from_;
+      s.wide_from = wide_from_;
+      return collective::tier_for(bytes, s);
     }
 
     /// A call through quantizer Q (Quant, or quant::none) on every rank: under the tier
