@@ -11,6 +11,7 @@
 #include "../collective/oneshot_kernel.cuh"
 #include "../collective/pipeline_kernel.cuh"
 #include "../collective/pipeline_policy.cuh"
+#include "../collective/plan.cuh"
 #include "../collective/tier.cuh"
 #include "../communicator.cuh"
 #include "../detail/ceil_div.cuh"
@@ -423,69 +424,26 @@ struct cuda_ipc {
       echo::detail::preload_kernels(collective::oneshot_kernel<T, oneshot_threads>);
     }
 
-    /// How a call of n values is cut under policy Pol; why is set when it cannot be.
-    struct plan {
-      size_t U = 1, tiles0 = 0, warps = 0, ring = 0;
-      int grid = 0;
-      const char* why = nullptr;
-    };
+    using plan = collective::plan;
 
+    /// How a call of n values is cut under policy Pol (collective::make_plan over this object's
+    /// ring and flag region and the resident grid of this GPU model).
     template <class Pol, class Q, class T>
     plan make_plan(size_t n) const {
       using Cfg = collective::tile_config<Q, T, Comp, Pol>;
       constexpr auto kernel = collective::pipeline_kernel<Cfg>;
-      plan r;
-      const int P = comm_.size();
-      const size_t seg0 = echo::detail::partition{n, echo::detail::granule_of<Q>(), P}.size(0);
-      const size_t subs0 = echo::detail::ceil_div(seg0, Cfg::sub_elems);
-      const size_t resident = static_cast<size_t>(max_grid<Pol, kernel>()) * Cfg::warps;
-      // A flag covers U sub-tiles: one while warps would otherwise go idle (spread small messages
-      // wide), more for large ones (amortise the flag's system-scope fence), and enough that the
-      // tiles fit the flag region. Every input is the same on every rank (n, constants, the
-      // resident grid of one GPU model), and the signature carries the plan, so ranks that
-      // planned differently report a mismatch instead of mixing layouts.
-      const size_t u_max = std::max<size_t>(1, Pol::flag_elems / Cfg::sub_elems);
-      constexpr bool overlap = Pol::stage_lag > 0;
-      size_t U = overlap ? std::min(u_max, std::max<size_t>(1, subs0 / (4 * resident)))
-                         : std::min(u_max, std::max<size_t>(1, subs0 / spread_warps));
-      const size_t u_min = echo::detail::ceil_div(subs0, layout_.flag_tiles);
-      U = std::max(U, u_min);
-      if (overlap) {
-        // Reused slots need R >= (2 lag + 1) W (below). Where the ring holds that for the whole
-        // resident grid only with smaller tiles, cover fewer sub-tiles a flag rather than leave
-        // warps out (8-bit at 1 GiB, heavy policy: 1.79x -> 1.86x NCCL; docs/benchmarks.md,
-        // eleventh session).
-        const size_t fits = layout_.ring_bytes / ((2 * static_cast<size_t>(Pol::stage_lag) + 1) * resident * Cfg::sub_bytes);
-        const bool reused = echo::detail::ceil_div(subs0, U) > layout_.ring_bytes / (U * Cfg::sub_bytes);
-        if (reused && fits >= 1 && fits < U) U = std::max(fits, u_min);
-      }
-      const size_t tiles0 = echo::detail::ceil_div(subs0, U);
-      const size_t slots = layout_.ring_bytes / (U * Cfg::sub_bytes);
-      if (slots == 0) {
-        r.why = "the workspace ring holds no tile: raise workspace_bytes";
-        return r;
-      }
-      size_t warps = 0, ring = slots;
-      if (!overlap) {
-        warps = std::min(resident, std::min(tiles0, slots));  // a round: up to `slots` tiles
-      } else if (tiles0 <= slots) {
-        warps = std::min(resident, tiles0);  // no slot is reused within the call
-      } else {
-        // Reused slots: R a multiple of the grid's warps W and R >= (2 lag + 1) W (the flow-control rule).
-        constexpr size_t per_warp = 2 * static_cast<size_t>(Pol::stage_lag) + 1;
-        warps = std::min(resident, slots / per_warp / Cfg::warps * Cfg::warps);
-        if (warps == 0) {
-          r.why = "the workspace ring holds too few tiles a warp: raise workspace_bytes";
-          return r;
-        }
-        ring = slots / warps * warps;
-      }
-      r.U = U;
-      r.tiles0 = tiles0;
-      r.warps = warps;
-      r.ring = ring;
-      r.grid = static_cast<int>(echo::detail::ceil_div(warps, Cfg::warps));
-      return r;
+      collective::plan_inputs in;
+      const size_t seg0 = echo::detail::partition{n, echo::detail::granule_of<Q>(), comm_.size()}.size(0);
+      in.subs0 = echo::detail::ceil_div(seg0, Cfg::sub_elems);
+      in.block_warps = Cfg::warps;
+      in.resident = static_cast<size_t>(max_grid<Pol, kernel>()) * Cfg::warps;
+      in.u_max = std::max<size_t>(1, Pol::flag_elems / Cfg::sub_elems);
+      in.flag_tiles = layout_.flag_tiles;
+      in.ring_bytes = layout_.ring_bytes;
+      in.sub_bytes = Cfg::sub_bytes;
+      in.stage_lag = static_cast<size_t>(Pol::stage_lag);
+      in.spread_warps = spread_warps;
+      return collective::make_plan(in);
     }
 
     template <class Pol, class Q, class T>
