@@ -3,7 +3,7 @@
 // from NCCL's world can compare the two at a glance. One process drives -g GPUs (one rank each).
 //
 //   echo-perf -b 8 -e 1G -f 2 -g 2 [-n 20 -w 5] [-d bf16] [-q zero_aware -B 4 -G 128]
-//             [-c none|error_feedback] [-t cuda_ipc|nccl] [-N 1] [-D 0]
+//             [-c none|error_feedback] [-t cuda_ipc|nccl] [-N 1] [-D 0] [-S 0] [-P 0]
 //
 // Columns, for out-of-place and in-place calls: time (us, per call: CUDA events around -n calls
 // on every rank's stream, the slowest rank), algbw = size / time, busbw = algbw * 2(P-1)/P (GB/s),
@@ -15,12 +15,21 @@
 // Echo's. Inputs: N(0, 1), a different stream on every rank and size. In place, the buffer is
 // refilled before the timed calls and its values grow about P-fold per call (fp16 may overflow;
 // that changes no timing). Exit codes: 0, 1 (a failure), 2 (bad flags), 77 (fewer than 2 GPUs).
+//
+// For ncu (-S 1 -P 1): every rank's fused kernel spins on its peers' flags, so ncu's kernel replay,
+// which runs one kernel at a time, would leave each rank waiting for the other. With -P 1 one call
+// of every rank is captured into one CUDA graph and launched once between cudaProfilerStart and
+// cudaProfilerStop; `ncu --graph-profiling graph --profile-from-start off` then measures the graph
+// as one workload, its kernels running together. -S 1 lets -g ranks share GPUs (rank r on GPU
+// r % GPUs), so one GPU holds a P = 2 call: right for counting instructions and bytes, not for link
+// speed (its "peer" stores never leave the GPU). scripts/pipeline-profile.sh runs both.
 #include "harness/context.cuh"
 #include "harness/nccl_runner.cuh"
 #include "harness/sizes.hpp"
 #include "perf/error.cuh"
 #include "perf/instances.cuh"
 
+#include <cuda_profiler_api.h>
 #include <unistd.h>  // getopt
 
 #include <algorithm>
@@ -47,6 +56,8 @@ struct options {
   int gpus = 0;  // 0: every visible GPU (at most 8)
   int iters = 20, warmup = 5;
   bool with_nccl = true, dispatch = false;
+  bool share = false;    // -S: -g ranks over fewer GPUs
+  bool profile = false;  // -P: one graph-captured call of every rank in a profiler range, per size
   config cfg;
 };
 
@@ -66,6 +77,11 @@ const char* const usage_text =
     "  -N 0|1         also run NCCL's all-reduce at every size (default 1)\n"
     "  -D 0|1         1: echo::dispatch_table picks the path by size (what a user gets);\n"
     "                 0: the quantizer at every size (default)\n"
+    "  -S 0|1         1: -g ranks may share GPUs (rank r on GPU r % GPUs; no NCCL rows where they\n"
+    "                 do): for correctness and ncu on fewer GPUs, not for link speed (default 0)\n"
+    "  -P 0|1         1: after timing each size, one call of every rank captured in one CUDA graph\n"
+    "                 and launched between cudaProfilerStart/Stop, for\n"
+    "                 ncu --graph-profiling graph --profile-from-start off (default 0)\n"
     "  -h             this text\n";
 
 using factory = std::unique_ptr<runner> (*)(bench_context&, const config&, const echo_runner_options&);
@@ -96,7 +112,7 @@ options parse(int argc, char** argv) {
   options o;
   int c;
   opterr = 0;
-  while ((c = getopt(argc, argv, "b:e:f:i:g:n:w:d:q:B:G:c:t:N:D:h")) != -1) {
+  while ((c = getopt(argc, argv, "b:e:f:i:g:n:w:d:q:B:G:c:t:N:D:S:P:h")) != -1) {
     const std::string v = optarg ? optarg : "";
     try {
       switch (c) {
@@ -109,6 +125,8 @@ options parse(int argc, char** argv) {
         case 'w': o.warmup = static_cast<int>(parse_int('w', optarg, 0, 1 << 20)); break;
         case 'N': o.with_nccl = parse_int('N', optarg, 0, 1) != 0; break;
         case 'D': o.dispatch = parse_int('D', optarg, 0, 1) != 0; break;
+        case 'S': o.share = parse_int('S', optarg, 0, 1) != 0; break;
+        case 'P': o.profile = parse_int('P', optarg, 0, 1) != 0; break;
         case 'B': o.cfg.bits = static_cast<int>(parse_int('B', optarg, 1, 64)); break;
         case 'G': o.cfg.group = static_cast<int>(parse_int('G', optarg, 1, 1 << 20)); break;
         case 'd':
@@ -141,6 +159,9 @@ options parse(int argc, char** argv) {
   }
   if (optind < argc) throw usage_error(std::string("unexpected argument '") + argv[optind] + "'");
   if (o.min_bytes > o.max_bytes) throw usage_error("-b is larger than -e");
+  if (o.share && o.gpus < 2) throw usage_error("-S 1 needs -g RANKS (at least 2)");
+  if (o.profile && o.cfg.transport == transport_kind::nccl)
+    throw usage_error("-P 1 needs -t cuda_ipc (transport::nccl's ranks launch from threads of their own)");
   (void)factory_of(o.cfg);
   return o;
 }
@@ -191,6 +212,59 @@ result measure(bench_context& ctx, runner& run, const options& o, size_t n, bool
   return res;
 }
 
+/// One call of every rank, captured from this thread into one graph (the ranks' streams forked
+/// from and joined to rank 0's), launched once untimed and once between cudaProfilerStart and
+/// cudaProfilerStop. Throws on a failed capture, launch, or call.
+void profile_once(bench_context& ctx, runner& run, size_t n) {
+  const int P = ctx.size();
+  std::vector<cudaEvent_t> ev(static_cast<size_t>(P), nullptr);  // ev[0] forks, ev[r] joins rank r
+  for (int r = 0; r < P; ++r) {
+    ECHO_CUDA_TRY(cudaSetDevice(ctx.rank(r).device));
+    ECHO_CUDA_TRY(cudaEventCreateWithFlags(&ev[static_cast<size_t>(r)], cudaEventDisableTiming));
+  }
+  const echo_bench::rank_res& R0 = ctx.rank(0);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ECHO_CUDA_TRY(cudaSetDevice(R0.device));
+  ECHO_CUDA_TRY(cudaStreamBeginCapture(R0.stream, cudaStreamCaptureModeRelaxed));
+  try {
+    ECHO_CUDA_TRY(cudaEventRecord(ev[0], R0.stream));
+    for (int r = 1; r < P; ++r) {
+      ECHO_CUDA_TRY(cudaSetDevice(ctx.rank(r).device));
+      ECHO_CUDA_TRY(cudaStreamWaitEvent(ctx.rank(r).stream, ev[0], 0));
+    }
+    run.call(n, false);
+    for (int r = 1; r < P; ++r) {
+      ECHO_CUDA_TRY(cudaSetDevice(ctx.rank(r).device));
+      ECHO_CUDA_TRY(cudaEventRecord(ev[static_cast<size_t>(r)], ctx.rank(r).stream));
+      ECHO_CUDA_TRY(cudaSetDevice(R0.device));
+      ECHO_CUDA_TRY(cudaStreamWaitEvent(R0.stream, ev[static_cast<size_t>(r)], 0));
+    }
+    ECHO_CUDA_TRY(cudaSetDevice(R0.device));
+    ECHO_CUDA_TRY(cudaStreamEndCapture(R0.stream, &graph));
+  } catch (...) {
+    (void)cudaSetDevice(R0.device);
+    cudaGraph_t broken = nullptr;
+    if (cudaStreamEndCapture(R0.stream, &broken) == cudaSuccess && broken) (void)cudaGraphDestroy(broken);
+    (void)cudaGetLastError();
+    throw;
+  }
+  ECHO_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
+  ECHO_CUDA_TRY(cudaGraphLaunch(exec, R0.stream));  // untimed, unprofiled: first-launch costs
+  ECHO_CUDA_TRY(cudaStreamSynchronize(R0.stream));
+  ECHO_CUDA_TRY(cudaProfilerStart());
+  ECHO_CUDA_TRY(cudaGraphLaunch(exec, R0.stream));
+  ECHO_CUDA_TRY(cudaStreamSynchronize(R0.stream));
+  ECHO_CUDA_TRY(cudaProfilerStop());
+  run.check();
+  (void)cudaGraphExecDestroy(exec);
+  (void)cudaGraphDestroy(graph);
+  for (int r = 0; r < P; ++r) {
+    (void)cudaSetDevice(ctx.rank(r).device);
+    (void)cudaEventDestroy(ev[static_cast<size_t>(r)]);
+  }
+}
+
 int run(const options& o) {
   int visible = 0;
   const cudaError_t e = cudaGetDeviceCount(&visible);
@@ -198,26 +272,28 @@ int run(const options& o) {
   if (e != cudaSuccess) visible = 0;
   (void)cudaGetLastError();
   const int P = o.gpus ? o.gpus : std::min(visible, echo_bench::k_max_ranks);
-  if (visible < 2 || P < 2) {
-    std::printf("SKIPPED: echo-perf needs 2 GPUs (found %d%s%s)\n", visible, o.gpus == 1 ? ", -g 1" : "", why.c_str());
+  if (visible < (o.share ? 1 : 2) || P < 2) {
+    std::printf("SKIPPED: echo-perf needs %s (found %d GPU(s)%s%s)\n", o.share ? "a GPU" : "2 GPUs", visible,
+                o.gpus == 1 ? ", -g 1" : "", why.c_str());
     return 77;
   }
-  if (P > visible) {
-    std::fprintf(stderr, "echo-perf: -g %d but only %d GPU(s) visible\n", P, visible);
+  if (P > visible && !o.share) {
+    std::fprintf(stderr, "echo-perf: -g %d but only %d GPU(s) visible (-S 1 lets ranks share them)\n", P, visible);
     return 2;
   }
+  const bool with_nccl = o.with_nccl && P <= visible;  // NCCL refuses two ranks on one GPU
   const size_t elem = echo::size_of(o.cfg.type);
   std::vector<int> devices(static_cast<size_t>(P));
-  for (int r = 0; r < P; ++r) devices[static_cast<size_t>(r)] = r;
+  for (int r = 0; r < P; ++r) devices[static_cast<size_t>(r)] = r % visible;
   const size_t buffer_bytes = std::max(o.max_bytes / elem, size_t(1)) * elem;
 
-  bench_context ctx(devices, buffer_bytes);
+  bench_context ctx(devices, buffer_bytes, with_nccl);
   echo_runner_options ro;
   ro.max_elements = buffer_bytes / elem;
   ro.forced = !o.dispatch;
   std::unique_ptr<runner> echo_run = factory_of(o.cfg)(ctx, o.cfg, ro);
   std::unique_ptr<runner> nccl_run;
-  if (o.with_nccl) nccl_run = std::make_unique<echo_bench::nccl_runner>(ctx, echo::dispatch_dtype(o.cfg.type, [](auto tag) {
+  if (with_nccl) nccl_run = std::make_unique<echo_bench::nccl_runner>(ctx, echo::dispatch_dtype(o.cfg.type, [](auto tag) {
                                 return echo_bench::nccl_type<decltype(tag)>();
                               }));
 
@@ -225,7 +301,11 @@ int run(const options& o) {
   (void)ncclGetVersion(&nccl_version);
   std::printf("# echo-perf: %s, %s, sum; %s%s\n", config_name(o.cfg).c_str(), type_name(o.cfg.type),
               o.dispatch ? "the size dispatch of echo::dispatch_table" : "the quantizer at every size",
-              o.with_nccl ? "; NCCL's ncclAllReduce in the same run (lib nccl)" : "");
+              with_nccl ? "; NCCL's ncclAllReduce in the same run (lib nccl)" : "");
+  if (P > visible)
+    std::printf("# %d ranks on %d GPU(s) (-S 1): their peer traffic stays on a GPU; times are not link times\n", P,
+                visible);
+  if (o.profile) std::printf("# -P 1: one graph-captured call of every rank a size, inside a profiler range\n");
   std::printf("# nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: error vs the "
               "exact fp64 sum\n",
               P, o.min_bytes, o.max_bytes, o.step_factor > 1 ? static_cast<size_t>(o.step_factor) : o.step_bytes,
@@ -234,8 +314,8 @@ int run(const options& o) {
               ECHO_VERSION_PATCH, nccl_version / 10000, nccl_version / 100 % 100, nccl_version % 100);
   for (int r = 0; r < P; ++r) {
     cudaDeviceProp prop{};
-    ECHO_CUDA_TRY(cudaGetDeviceProperties(&prop, r));
-    std::printf("#  Rank %2d device %2d [0x%02x] %s\n", r, r, prop.pciBusID, prop.name);
+    ECHO_CUDA_TRY(cudaGetDeviceProperties(&prop, devices[static_cast<size_t>(r)]));
+    std::printf("#  Rank %2d device %2d [0x%02x] %s\n", r, devices[static_cast<size_t>(r)], prop.pciBusID, prop.name);
   }
   std::printf("#%s%s%s\n", std::string(41, ' ').c_str(), centered("out-of-place", 43).c_str(), centered("in-place", 43).c_str());
   std::printf("# %10s  %12s  %8s  %4s  %7s  %6s  %6s  %7s  %7s  %7s  %6s  %6s  %7s  %7s  %7s\n", "size", "count", "type",
@@ -254,9 +334,9 @@ int run(const options& o) {
     if (n == 0) continue;
     const size_t bytes = n * elem;
     result r[2][2];  // [lib: echo, nccl][out-of-place, in-place]
-    for (int lib = 0; lib < (o.with_nccl ? 2 : 1); ++lib)
+    for (int lib = 0; lib < (with_nccl ? 2 : 1); ++lib)
       for (int place = 0; place < 2; ++place) r[lib][place] = measure(ctx, lib ? *nccl_run : *echo_run, o, n, place == 1);
-    for (int lib = 0; lib < (o.with_nccl ? 2 : 1); ++lib) {
+    for (int lib = 0; lib < (with_nccl ? 2 : 1); ++lib) {
       std::printf("%12zu  %12zu  %8s  %4s", bytes, n, type_name(o.cfg.type), lib ? "nccl" : "echo");
       for (int place = 0; place < 2; ++place) {
         const result& x = r[lib][place];
@@ -266,13 +346,17 @@ int run(const options& o) {
         bw_sum[lib] += algbw * bus;
         ++bw_count[lib];
       }
-      if (lib == 0 && o.with_nccl) std::printf("  %6.2fx\n", r[1][0].t / r[0][0].t);
+      if (lib == 0 && with_nccl) std::printf("  %6.2fx\n", r[1][0].t / r[0][0].t);
       else std::printf("  %7s\n", "-");
+    }
+    if (o.profile) {
+      profile_once(ctx, *echo_run, n);
+      std::printf("# profiled: one call of %zu bytes on every rank (graph)\n", bytes);
     }
     std::fflush(stdout);
   }
   std::printf("# Avg bus bandwidth    : %g\n", bw_count[0] ? bw_sum[0] / bw_count[0] : 0.0);
-  if (o.with_nccl) std::printf("# Avg bus bandwidth NCCL: %g\n", bw_count[1] ? bw_sum[1] / bw_count[1] : 0.0);
+  if (with_nccl) std::printf("# Avg bus bandwidth NCCL: %g\n", bw_count[1] ? bw_sum[1] / bw_count[1] : 0.0);
   std::printf("#\n");
   return 0;
 }

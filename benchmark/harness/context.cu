@@ -23,7 +23,8 @@ namespace {
 }
 }  // namespace
 
-bench_context::bench_context(const std::vector<int>& devices, size_t buffer_bytes) : buffer_bytes_(buffer_bytes) {
+bench_context::bench_context(const std::vector<int>& devices, size_t buffer_bytes, bool with_nccl)
+    : buffer_bytes_(buffer_bytes) {
   ranks_.resize(devices.size());
   for (size_t r = 0; r < devices.size(); ++r) {
     rank_res& R = ranks_[r];
@@ -36,7 +37,7 @@ bench_context::bench_context(const std::vector<int>& devices, size_t buffer_byte
     ECHO_CUDA_TRY(cudaMalloc(&R.out, buffer_bytes));
     ECHO_CUDA_TRY(cudaMemset(R.out, 0, buffer_bytes));
   }
-  comms_ = echo::communicator::local(devices);  // also ncclCommInitAll: comms_[r].nccl()
+  comms_ = echo::communicator::local(devices, with_nccl);  // with_nccl: also ncclCommInitAll
 }
 
 bench_context::~bench_context() {

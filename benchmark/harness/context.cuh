@@ -67,8 +67,9 @@ class bench_context {
   using hang_handler = void (*)(const std::string& what);
 
   /// Sets up every device: a stream, two events, two buffers of buffer_bytes (out zeroed), and
-  /// the communicators (with NCCL communicators: comms()[r].nccl()).
-  bench_context(const std::vector<int>& devices, size_t buffer_bytes);
+  /// the communicators (with_nccl: with NCCL communicators, comms()[r].nccl(); NCCL refuses
+  /// two ranks on one GPU, so ranks that share a GPU need with_nccl = false).
+  bench_context(const std::vector<int>& devices, size_t buffer_bytes, bool with_nccl = true);
   bench_context(const bench_context&) = delete;
   bench_context& operator=(const bench_context&) = delete;
   /// Destroy every runner made on this context first: their destructors use the devices.
