@@ -6,9 +6,10 @@
 # (P = 2 on one GPU): instructions and HBM bytes a value are the kernel's, the time is not a link
 # time (the "peer" stores stay on the GPU).
 #   scripts/pipeline-profile.sh [BUILD_DIR] [OUT_DIR] [SIZES]   (SIZES default "256M 1G")
+# ECHO_PROFILE_RANKS (default 2) ranks; ECHO_PROFILE_CONFIGS picks configurations by name.
 # Writes, per configuration and size, ncu's CSV (<cfg>-<size>.csv) and its log; perf-<cfg>.log
-# (echo-perf's own times and errors, no ncu); stalls-<cfg>.csv (ncu's warp-state section, one
-# size); resources.txt (cuobjdump: registers, stack and local memory of every kernel); and
+# (echo-perf's own times and errors, no ncu, from 16 MiB); stalls-<cfg>.csv (why warps did not
+# issue, cycles an issued instruction by reason, the first size); resources.txt (cuobjdump: registers, stack and local memory of every kernel); and
 # pipeline-table.md (scripts/pipeline_profile.py).
 set -uo pipefail
 build=${1:-build}
@@ -22,14 +23,16 @@ configs=("int4:-q zero_aware -B 4 -c none" "int4_ef:-q zero_aware -B 4 -c error_
 metrics=smsp__inst_executed.sum,smsp__thread_inst_executed.sum,gpu__time_duration.sum
 metrics+=,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum
 metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed
-metrics+=,smsp__sass_inst_executed_op_local_ld.sum,smsp__sass_inst_executed_op_local_st.sum
+# (local loads and stores, i.e. spills, are not counted in range replay: resources.txt has them)
+stalls='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
 cuobjdump --dump-resource-usage "$bin" > "$out/resources.txt" 2>&1 || true
 first=${sizes%% *}
 for c in "${configs[@]}"; do
   name=${c%%:*}
   flags=${c#*:}
+  [[ " ${ECHO_PROFILE_CONFIGS:-$name} " == *" $name "* ]] || continue
   # shellcheck disable=SC2086  # flags are words
-  timeout 300 "$bin" -g "$ranks" -S 1 -N 0 -b "$first" -e 1G -f 4 -n 20 -w 5 $flags > "$out/perf-$name.log" 2>&1 ||
+  timeout 300 "$bin" -g "$ranks" -S 1 -N 0 -b 16M -e 1G -f 4 -n 20 -w 5 $flags > "$out/perf-$name.log" 2>&1 ||
     echo "echo-perf failed: $name (rc $?)"
   for s in $sizes; do
     # shellcheck disable=SC2086
@@ -38,8 +41,8 @@ for c in "${configs[@]}"; do
       > "$out/$name-$s.csv" 2> "$out/$name-$s.err" || echo "ncu failed: $name $s (rc $?)"
   done
   # shellcheck disable=SC2086
-  timeout 300 ncu --graph-profiling graph --profile-from-start off --clock-control none --section WarpStateStats \
+  timeout 300 ncu --graph-profiling graph --profile-from-start off --clock-control none --metrics "$stalls" \
     --csv --print-units base "$bin" -g "$ranks" -S 1 -P 1 -N 0 -b "$first" -e "$first" -n 3 -w 1 $flags \
     > "$out/stalls-$name.csv" 2> "$out/stalls-$name.err" || echo "ncu (stalls) failed: $name (rc $?)"
 done
-python3 "$(dirname "$0")/pipeline_profile.py" "$ranks" "$out"/int*.csv "$out"/none16-*.csv | tee "$out/pipeline-table.md"
+python3 "$(dirname "$0")/pipeline_profile.py" "$ranks" "$out"/*.csv | tee "$out/pipeline-table.md"

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Table of ncu's metrics for the fused pipeline kernel: scripts/pipeline-profile.sh runs it.
 
-usage: pipeline_profile.py RANKS CSV...   (each CSV named <config>-<size>.csv, size like 256M)
+usage: pipeline_profile.py RANKS CSV...   (<config>-<size>.csv, size like 256M; stalls-<config>.csv)
 Each CSV holds one workload: one graph with one call of every rank (echo-perf -S 1 -P 1). Per
 value = per element of every rank's input (RANKS x size / 2 for bf16). Instructions include the
-ones a warp spends spinning on a peer's flag.
+ones a warp spends spinning on a peer's flag. stalls-<config>.csv: cycles between two issued
+instructions of a warp, by the reason it was not issued (ncu's warp-state sampling metrics).
 """
 import csv
 import os
@@ -27,6 +28,27 @@ def metrics_of(path):
     return sums
 
 
+def stall_table(paths):
+    rows = {}
+    for path in paths:
+        name = os.path.basename(path)[len("stalls-"):-len(".csv")]
+        pre, post = "smsp__average_warps_issue_stalled_", "_per_issue_active.ratio"
+        rows[name] = {k[len(pre):-len(post)]: v for k, v in metrics_of(path).items()
+                      if k.startswith(pre) and k.endswith(post)}
+    rows = {k: v for k, v in rows.items() if v}
+    if not rows:
+        return
+    reasons = sorted({r for v in rows.values() for r in v}, key=lambda r: -max(v.get(r, 0) for v in rows.values()))
+    reasons = [r for r in reasons if max(v.get(r, 0) for v in rows.values()) >= 0.05]
+    print()
+    print("Cycles between two issued instructions of a warp, by why it waited:")
+    print()
+    print("| config | total | " + " | ".join(reasons) + " |")
+    print("|---|---|" + "---|" * len(reasons))
+    for name, v in rows.items():
+        print(f"| {name} | {sum(v.values()):.2f} | " + " | ".join(f"{v.get(r, 0):.2f}" for r in reasons) + " |")
+
+
 def main():
     ranks = int(sys.argv[1])
     print("| config | size | ncu time (us) | warp inst / value | thread inst / value | DRAM read B / value "
@@ -39,7 +61,7 @@ def main():
         name, size = m.group(1), int(m.group(2)) * UNITS[m.group(3)]
         s = metrics_of(path)
         if not s:
-            print(f"| {name} | {m.group(2)}{m.group(3)} | no metrics (see {name}-{m.group(2)}{m.group(3)}.err) |")
+            print(f"| {name} | {m.group(2)}{m.group(3)} | no metrics (ncu's error is in the CSV) |")
             continue
         values = ranks * size / 2.0
         g = lambda k: s.get(k, float("nan"))
@@ -54,3 +76,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    stall_table([p for p in sys.argv[2:] if os.path.basename(p).startswith("stalls-")])
