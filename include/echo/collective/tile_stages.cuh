@@ -78,7 +78,7 @@ struct tile_stages {
 
   __device__ __forceinline__ static operands fetch(const T* in, const state_ref& st, size_t first, int valid) {
     operands o;
-    o.x = echo::detail::load_raw<T, V, echo::detail::once_load>(in + first, valid);
+    o.x = echo::detail::load_raw<T, V>(in + first, valid);
     if constexpr (keeps) o.c = storage::template load<V>(st.data, st.n, first, st.active ? valid : 0);
     return o;
   }
@@ -145,7 +145,7 @@ struct tile_stages {
     float dq[V];
     quant::group_params p{};
     const packed r = codec::quantize(acc, valid, dq, &p);
-    echo::detail::store_floats<T, V, echo::detail::once_store>(out + first, valid, dq);
+    echo::detail::store_floats<T, V>(out + first, valid, dq);
     if constexpr (keeps) {
 #pragma unroll
       for (int v = 0; v < V; ++v)
@@ -159,7 +159,7 @@ struct tile_stages {
   __device__ __forceinline__ static void gather(const unsigned char* packet, T* out, size_t first, int valid, int lane) {
     float v[V];
     codec::load(packet, lane, v);
-    if (valid > 0) echo::detail::store_floats<T, V, echo::detail::once_store>(out + first, valid, v);
+    if (valid > 0) echo::detail::store_floats<T, V>(out + first, valid, v);
   }
 };
 

@@ -131,7 +131,7 @@ struct coded_layout {
     raw<V> r;
     const unsigned char* at = data + first * Bits / 8;
     if (valid == V) {
-      echo::detail::load_words<V * Bits / 32, echo::detail::once_load>(at, r.w);  // this rank's earlier launch wrote it
+      echo::detail::load_words<V * Bits / 32>(at, r.w);  // written by this rank's earlier launch
     } else {
 #pragma unroll
       for (int i = 0; i < V * Bits / 32; ++i) r.w[i] = i * 32 < valid * Bits ? reinterpret_cast<const uint32_t*>(at)[i] : 0u;
@@ -157,7 +157,7 @@ struct coded_layout {
     if (valid <= 0) return;
     unsigned char* at = data + first * Bits / 8;
     if (valid == V) {
-      echo::detail::store_words<V * Bits / 32, echo::detail::once_store>(at, words);
+      echo::detail::store_words<V * Bits / 32>(at, words);
     } else {
 #pragma unroll
       for (int i = 0; i < V * Bits / 32; ++i)

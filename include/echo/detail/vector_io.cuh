@@ -10,22 +10,11 @@
 
 #if ECHO_HAS_CUDA
 #include <cub/thread/thread_load.cuh>
-#include <cub/thread/thread_store.cuh>
-#endif
-
-#ifndef ECHO_STREAM_HINTS
-#define ECHO_STREAM_HINTS 0
 #endif
 
 namespace echo::detail {
 
 #if ECHO_HAS_CUDA
-
-/// Cache hints for data a call touches once (its input and output, the chain's stored errors):
-/// EXPERIMENT (thirteenth session), ECHO_STREAM_HINTS=1 marks them evict-first, so that the
-/// rings' packets, written by a peer and read one iteration later, stay in L2.
-constexpr cub::CacheLoadModifier once_load = ECHO_STREAM_HINTS ? cub::LOAD_CS : cub::LOAD_DEFAULT;
-constexpr cub::CacheStoreModifier once_store = ECHO_STREAM_HINTS ? cub::STORE_CS : cub::STORE_DEFAULT;
 
 /// Asks L2 to fetch [p, p + bytes) ahead of the loads that will read it: one instruction for
 /// the whole range, issued by one lane (sm_90's bulk prefetch: a hint that orders nothing and
@@ -77,7 +66,7 @@ __device__ __forceinline__ void load_floats(const T* p, int valid, float (&v)[V]
 }
 
 /// Rounds to T (nearest even) and stores `valid` elements; full runs use 16-byte stores.
-template <class T, int V, cub::CacheStoreModifier M = cub::STORE_DEFAULT>
+template <class T, int V>
 __device__ __forceinline__ void store_floats(T* p, int valid, const float (&v)[V]) {
   constexpr int per = 16 / sizeof(T);
   static_assert(V % per == 0, "a run must be whole 16-byte vectors");
@@ -99,7 +88,7 @@ __device__ __forceinline__ void store_floats(T* p, int valid, const float (&v)[V
 #pragma unroll
         for (int j = 0; j < per; ++j) e[j] = element_traits<T>::from_float(v[i * per + j]);
       }
-      cub::ThreadStore<M>(q + i, w);
+      q[i] = w;
     }
   } else {
 #pragma unroll
@@ -109,20 +98,20 @@ __device__ __forceinline__ void store_floats(T* p, int valid, const float (&v)[V
 }
 
 /// Store W 32-bit words with the widest stores their alignment allows (W*4 % 16 == 0: 16-byte).
-template <int W, cub::CacheStoreModifier M = cub::STORE_DEFAULT>
+template <int W>
 __device__ __forceinline__ void store_words(void* dst, const uint32_t (&w)[W]) {
   if constexpr (W % 4 == 0) {
     uint4* q = static_cast<uint4*>(dst);
 #pragma unroll
-    for (int i = 0; i < W / 4; ++i) cub::ThreadStore<M>(q + i, make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]));
+    for (int i = 0; i < W / 4; ++i) q[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
   } else if constexpr (W % 2 == 0) {
     uint2* q = static_cast<uint2*>(dst);
 #pragma unroll
-    for (int i = 0; i < W / 2; ++i) cub::ThreadStore<M>(q + i, make_uint2(w[2 * i], w[2 * i + 1]));
+    for (int i = 0; i < W / 2; ++i) q[i] = make_uint2(w[2 * i], w[2 * i + 1]);
   } else {
     uint32_t* q = static_cast<uint32_t*>(dst);
 #pragma unroll
-    for (int i = 0; i < W; ++i) cub::ThreadStore<M>(q + i, w[i]);
+    for (int i = 0; i < W; ++i) q[i] = w[i];
   }
 }
 
