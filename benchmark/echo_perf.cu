@@ -14,7 +14,8 @@
 // rows are ncclAllReduce on the same type and buffers; "vs nccl" is NCCL's out-of-place time over
 // Echo's. Inputs: N(0, 1), a different stream on every rank and size. In place, the buffer is
 // refilled before the timed calls and its values grow about P-fold per call (fp16 may overflow;
-// that changes no timing). Exit codes: 0, 1 (a failure), 2 (bad flags), 77 (fewer than 2 GPUs).
+// that changes no timing). Exit codes: 0, 1 (a failure), 2 (bad flags), 77 (fewer than 2 GPUs; with
+// -S 1, no GPU).
 //
 // For ncu (-S 1 -P 1): every rank's fused kernel spins on its peers' flags, so ncu's kernel replay,
 // which runs one kernel at a time, would leave each rank waiting for the other. With -P 1 one call
@@ -214,55 +215,66 @@ result measure(bench_context& ctx, runner& run, const options& o, size_t n, bool
 
 /// One call of every rank, captured from this thread into one graph (the ranks' streams forked
 /// from and joined to rank 0's), launched once untimed and once between cudaProfilerStart and
-/// cudaProfilerStop. Throws on a failed capture, launch, or call.
+/// cudaProfilerStop. Throws on a failed capture, launch, or call; frees what it made either way.
 void profile_once(bench_context& ctx, runner& run, size_t n) {
   const int P = ctx.size();
-  std::vector<cudaEvent_t> ev(static_cast<size_t>(P), nullptr);  // ev[0] forks, ev[r] joins rank r
+  const echo_bench::rank_res& R0 = ctx.rank(0);
+  struct resources {  // destroyed on every path (the device of each event current for it)
+    bench_context& ctx;
+    std::vector<cudaEvent_t> ev;  // ev[0] forks, ev[r] joins rank r
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    bool capturing = false, profiling = false;
+    ~resources() {
+      (void)cudaSetDevice(ctx.rank(0).device);
+      if (capturing) {
+        cudaGraph_t broken = nullptr;
+        if (cudaStreamEndCapture(ctx.rank(0).stream, &broken) == cudaSuccess && broken) (void)cudaGraphDestroy(broken);
+      }
+      if (profiling) (void)cudaProfilerStop();
+      if (exec) (void)cudaGraphExecDestroy(exec);
+      if (graph) (void)cudaGraphDestroy(graph);
+      for (size_t r = 0; r < ev.size(); ++r) {
+        if (!ev[r]) continue;
+        (void)cudaSetDevice(ctx.rank(static_cast<int>(r)).device);
+        (void)cudaEventDestroy(ev[r]);
+      }
+      (void)cudaSetDevice(ctx.rank(0).device);
+      (void)cudaGetLastError();
+    }
+  } res{ctx, std::vector<cudaEvent_t>(static_cast<size_t>(P), nullptr)};
   for (int r = 0; r < P; ++r) {
     ECHO_CUDA_TRY(cudaSetDevice(ctx.rank(r).device));
-    ECHO_CUDA_TRY(cudaEventCreateWithFlags(&ev[static_cast<size_t>(r)], cudaEventDisableTiming));
+    ECHO_CUDA_TRY(cudaEventCreateWithFlags(&res.ev[static_cast<size_t>(r)], cudaEventDisableTiming));
   }
-  const echo_bench::rank_res& R0 = ctx.rank(0);
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
   ECHO_CUDA_TRY(cudaSetDevice(R0.device));
   ECHO_CUDA_TRY(cudaStreamBeginCapture(R0.stream, cudaStreamCaptureModeRelaxed));
-  try {
-    ECHO_CUDA_TRY(cudaEventRecord(ev[0], R0.stream));
-    for (int r = 1; r < P; ++r) {
-      ECHO_CUDA_TRY(cudaSetDevice(ctx.rank(r).device));
-      ECHO_CUDA_TRY(cudaStreamWaitEvent(ctx.rank(r).stream, ev[0], 0));
-    }
-    run.call(n, false);
-    for (int r = 1; r < P; ++r) {
-      ECHO_CUDA_TRY(cudaSetDevice(ctx.rank(r).device));
-      ECHO_CUDA_TRY(cudaEventRecord(ev[static_cast<size_t>(r)], ctx.rank(r).stream));
-      ECHO_CUDA_TRY(cudaSetDevice(R0.device));
-      ECHO_CUDA_TRY(cudaStreamWaitEvent(R0.stream, ev[static_cast<size_t>(r)], 0));
-    }
-    ECHO_CUDA_TRY(cudaSetDevice(R0.device));
-    ECHO_CUDA_TRY(cudaStreamEndCapture(R0.stream, &graph));
-  } catch (...) {
-    (void)cudaSetDevice(R0.device);
-    cudaGraph_t broken = nullptr;
-    if (cudaStreamEndCapture(R0.stream, &broken) == cudaSuccess && broken) (void)cudaGraphDestroy(broken);
-    (void)cudaGetLastError();
-    throw;
+  res.capturing = true;
+  ECHO_CUDA_TRY(cudaEventRecord(res.ev[0], R0.stream));
+  for (int r = 1; r < P; ++r) {
+    ECHO_CUDA_TRY(cudaSetDevice(ctx.rank(r).device));
+    ECHO_CUDA_TRY(cudaStreamWaitEvent(ctx.rank(r).stream, res.ev[0], 0));
   }
-  ECHO_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
-  ECHO_CUDA_TRY(cudaGraphLaunch(exec, R0.stream));  // untimed, unprofiled: first-launch costs
+  run.call(n, false);
+  for (int r = 1; r < P; ++r) {
+    ECHO_CUDA_TRY(cudaSetDevice(ctx.rank(r).device));
+    ECHO_CUDA_TRY(cudaEventRecord(res.ev[static_cast<size_t>(r)], ctx.rank(r).stream));
+    ECHO_CUDA_TRY(cudaSetDevice(R0.device));
+    ECHO_CUDA_TRY(cudaStreamWaitEvent(R0.stream, res.ev[static_cast<size_t>(r)], 0));
+  }
+  ECHO_CUDA_TRY(cudaSetDevice(R0.device));
+  res.capturing = false;
+  ECHO_CUDA_TRY(cudaStreamEndCapture(R0.stream, &res.graph));
+  ECHO_CUDA_TRY(cudaGraphInstantiate(&res.exec, res.graph, 0));
+  ECHO_CUDA_TRY(cudaGraphLaunch(res.exec, R0.stream));  // untimed, unprofiled: first-launch costs
   ECHO_CUDA_TRY(cudaStreamSynchronize(R0.stream));
   ECHO_CUDA_TRY(cudaProfilerStart());
-  ECHO_CUDA_TRY(cudaGraphLaunch(exec, R0.stream));
+  res.profiling = true;
+  ECHO_CUDA_TRY(cudaGraphLaunch(res.exec, R0.stream));
   ECHO_CUDA_TRY(cudaStreamSynchronize(R0.stream));
+  res.profiling = false;
   ECHO_CUDA_TRY(cudaProfilerStop());
   run.check();
-  (void)cudaGraphExecDestroy(exec);
-  (void)cudaGraphDestroy(graph);
-  for (int r = 0; r < P; ++r) {
-    (void)cudaSetDevice(ctx.rank(r).device);
-    (void)cudaEventDestroy(ev[static_cast<size_t>(r)]);
-  }
 }
 
 int run(const options& o) {
@@ -281,13 +293,19 @@ int run(const options& o) {
     std::fprintf(stderr, "echo-perf: -g %d but only %d GPU(s) visible (-S 1 lets ranks share them)\n", P, visible);
     return 2;
   }
-  const bool with_nccl = o.with_nccl && P <= visible;  // NCCL refuses two ranks on one GPU
+  if (P > visible && o.cfg.transport == transport_kind::nccl) {
+    std::fprintf(stderr, "echo-perf: -t nccl needs a GPU a rank (NCCL refuses two ranks on one GPU): -g %d, %d visible\n",
+                 P, visible);
+    return 2;
+  }
+  const bool with_nccl = o.with_nccl && P <= visible;  // the NCCL rows; NCCL refuses two ranks on one GPU
   const size_t elem = echo::size_of(o.cfg.type);
   std::vector<int> devices(static_cast<size_t>(P));
   for (int r = 0; r < P; ++r) devices[static_cast<size_t>(r)] = r % visible;
   const size_t buffer_bytes = std::max(o.max_bytes / elem, size_t(1)) * elem;
 
-  bench_context ctx(devices, buffer_bytes, with_nccl);
+  // NCCL communicators for the NCCL rows and for transport::nccl's engine.
+  bench_context ctx(devices, buffer_bytes, with_nccl || o.cfg.transport == transport_kind::nccl);
   echo_runner_options ro;
   ro.max_elements = buffer_bytes / elem;
   ro.forced = !o.dispatch;

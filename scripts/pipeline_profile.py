@@ -50,18 +50,23 @@ def stall_table(paths):
 
 
 def main():
+    if len(sys.argv) < 3 or not sys.argv[1].isdigit() or int(sys.argv[1]) < 1:
+        sys.exit("usage: pipeline_profile.py RANKS CSV...   (RANKS a positive integer)")
     ranks = int(sys.argv[1])
+    # (spills: range replay cannot count local loads and stores; cuobjdump's resources.txt has them)
     print("| config | size | ncu time (us) | warp inst / value | thread inst / value | DRAM read B / value "
-          "| DRAM write B / value | L2 B / value | local ld+st | SM % | DRAM % |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| DRAM write B / value | L2 B / value | SM % | DRAM % |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for path in sys.argv[2:]:
         m = re.match(r"(.+)-(\d+)([KMG])\.csv$", os.path.basename(path))
         if not m:
             continue
         name, size = m.group(1), int(m.group(2)) * UNITS[m.group(3)]
+        if size == 0:
+            continue
         s = metrics_of(path)
         if not s:
-            print(f"| {name} | {m.group(2)}{m.group(3)} | no metrics (ncu's error is in the CSV) |")
+            print(f"| {name} | {m.group(2)}{m.group(3)} | no metrics (see the CSV and the .err of that name) |")
             continue
         values = ranks * size / 2.0
         g = lambda k: s.get(k, float("nan"))
@@ -69,7 +74,6 @@ def main():
               f"| {g('smsp__inst_executed.sum') / values:.3f} | {g('smsp__thread_inst_executed.sum') / values:.1f} "
               f"| {g('dram__bytes_read.sum') / values:.3f} | {g('dram__bytes_write.sum') / values:.3f} "
               f"| {g('lts__t_bytes.sum') / values:.3f} "
-              f"| {g('smsp__sass_inst_executed_op_local_ld.sum') + g('smsp__sass_inst_executed_op_local_st.sum'):.0f} "
               f"| {g('sm__throughput.avg.pct_of_peak_sustained_elapsed'):.1f} "
               f"| {g('dram__throughput.avg.pct_of_peak_sustained_elapsed'):.1f} |")
 

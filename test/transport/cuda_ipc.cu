@@ -5,7 +5,6 @@
 #include "support/gpu_harness.cuh"
 #include "support/spawn_ranks.hpp"
 
-#include <algorithm>
 
 TEST_CASE("one process per GPU, bootstrapped by a user all-gather callback") {
   for (int code : echo_test::spawn_ranks(echo_test::test_ranks(), "callback", "cuda_ipc", echo_test::seed()))
