@@ -59,32 +59,7 @@ struct pipeline_params {
   int* status;                 ///< host-mapped; a launch that gives up writes its echo::status there
 };
 
-#ifndef ECHO_WAIT_STATS
-#define ECHO_WAIT_STATS 0
-#endif
-
 namespace detail {
-
-#if ECHO_WAIT_STATS
-// EXPERIMENT (thirteenth session): the share of every warp's cycles spent in flag waits, printed
-// by the last warp of each launch. Off by default.
-static __device__ unsigned long long wait_stats[8][3];  // waited cycles, warp cycles, warps done
-inline __device__ void report_waits(int rank, long long waited, long long total, size_t W, int lane) {
-  if (lane != 0) return;
-  atomicAdd(&wait_stats[rank][0], static_cast<unsigned long long>(waited));
-  atomicAdd(&wait_stats[rank][1], static_cast<unsigned long long>(total));
-  __threadfence();
-  if (atomicAdd(&wait_stats[rank][2], 1ull) == W - 1) {
-    __threadfence();
-    const double w = static_cast<double>(atomicAdd(&wait_stats[rank][0], 0ull));
-    const double t = static_cast<double>(atomicAdd(&wait_stats[rank][1], 0ull));
-    printf("echo-wait-stats rank %d warps %llu waiting %.1f %%\n", rank, static_cast<unsigned long long>(W),
-           100.0 * w / t);
-    wait_stats[rank][0] = wait_stats[rank][1] = wait_stats[rank][2] = 0;
-    __threadfence();
-  }
-}
-#endif
 
 /// Stop this rank's launch and tell the host (and, for a mismatch or a timeout, the peers: they
 /// would otherwise wait for their own spin limits). The first reason recorded wins.
@@ -191,13 +166,6 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   const echo::detail::partition part{p.n, p.granule, P};
   const size_t tiles0 = echo::detail::ceil_div(part.size(0), tile_elems);  // segment 0 is the longest
   wait_result why = wait_result::ok;
-#if ECHO_WAIT_STATS
-  long long waited = 0;
-  const long long begun = clock64();
-#define ECHO_TIMED_WAIT(expr) [&] { const long long w0_ = clock64(); const auto r_ = (expr); waited += clock64() - w0_; return r_; }()
-#else
-#define ECHO_TIMED_WAIT(expr) (expr)
-#endif
   (void)lag;
   (void)tiles0;
 
@@ -225,8 +193,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     if (t * tile_elems >= len) return wait_result::ok;
     for (int i = 0; i < P; ++i)
       if (i != me) {
-        const wait_result w =
-            ECHO_TIMED_WAIT(detail::warp_wait(p.local + L.recv_flag(i, t), epoch, p.sig, abort, p.spin_limit_ns, lane));
+        const wait_result w = detail::warp_wait(p.local + L.recv_flag(i, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
         if (w != wait_result::ok) return w;
       }
     const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
@@ -252,8 +219,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       const int j = (me + d) % P;
       const size_t b = part.begin(j), len = part.size(j);
       if (t * tile_elems >= len) continue;
-      const wait_result w =
-          ECHO_TIMED_WAIT(detail::warp_wait(p.local + L.gather_flag(j, t), epoch, p.sig, abort, p.spin_limit_ns, lane));
+      const wait_result w = detail::warp_wait(p.local + L.gather_flag(j, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
       if (w != wait_result::ok) return w;
       const unsigned char* const slot = p.local + L.gather_slot(j, t % p.ring, tile_bytes);
       for (int u = 0; u < U && t * tile_elems + u * sub_elems < len; ++u) {
@@ -285,10 +251,6 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     for (size_t t = p.t_begin + warp; t < p.t_end && why == wait_result::ok; t += W) why = gather(t);
   }
   if (why != wait_result::ok && lane == 0) detail::give_up(why, sync, p.peer, P, me, p.status);
-#if ECHO_WAIT_STATS
-  detail::report_waits(me, waited, clock64() - begun, W, lane);
-#endif
-#undef ECHO_TIMED_WAIT
 
   // The chain's tag changes with the call's last launch only (every launch of a call reads it).
   detail::end_launch(sync, epoch, p.last ? p.state : nullptr,
