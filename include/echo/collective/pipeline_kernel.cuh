@@ -59,10 +59,6 @@ struct pipeline_params {
   int* status;                 ///< host-mapped; a launch that gives up writes its echo::status there
 };
 
-#ifndef ECHO_PACKET_PREFETCH
-#define ECHO_PACKET_PREFETCH 0
-#endif
-
 namespace detail {
 
 /// Stop this rank's launch and tell the host (and, for a mismatch or a timeout, the peers: they
@@ -202,12 +198,6 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       }
     const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
     const size_t slot = t % p.ring;
-#if ECHO_PACKET_PREFETCH  // EXPERIMENT: the whole tile's receipts into L2 once their flags are seen
-    if (lane == 0)
-      for (int i = 0; i < P; ++i)
-        if (i != me)
-          echo::detail::prefetch_l2(p.local + L.recv_slot(i, slot, tile_bytes), static_cast<uint32_t>(subs * sub_bytes) & ~15u);
-#endif
     detail::over_subtiles<stages>(
         p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs, sub_elems,
         [&](const auto& ops, size_t first, int valid, int u) {
@@ -232,11 +222,6 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       const wait_result w = detail::warp_wait(p.local + L.gather_flag(j, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
       if (w != wait_result::ok) return w;
       const unsigned char* const slot = p.local + L.gather_slot(j, t % p.ring, tile_bytes);
-#if ECHO_PACKET_PREFETCH  // EXPERIMENT: the whole tile's packet into L2 once its flag is seen
-      if (lane == 0)
-        echo::detail::prefetch_l2(slot, static_cast<uint32_t>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)) *
-                                                          sub_bytes) & ~15u);
-#endif
       for (int u = 0; u < U && t * tile_elems + u * sub_elems < len; ++u) {
         const size_t first = b + t * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
         stages::gather(slot + u * sub_bytes, p.out, first, detail::valid_count(first, b + len, V), lane);
