@@ -59,10 +59,6 @@ struct pipeline_params {
   int* status;                 ///< host-mapped; a launch that gives up writes its echo::status there
 };
 
-#ifndef ECHO_GATHER_BATCH
-#define ECHO_GATHER_BATCH 1
-#endif
-
 namespace detail {
 
 /// Stop this rank's launch and tell the host (and, for a mismatch or a timeout, the peers: they
@@ -226,28 +222,6 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       const wait_result w = detail::warp_wait(p.local + L.gather_flag(j, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
       if (w != wait_result::ok) return w;
       const unsigned char* const slot = p.local + L.gather_slot(j, t % p.ring, tile_bytes);
-#if ECHO_GATHER_BATCH > 1  // EXPERIMENT: the packets of B sub-tiles loaded before any is decoded
-      if constexpr (Cfg::quant::quantizes) {
-        constexpr int B = ECHO_GATHER_BATCH;
-        const int nsub = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
-        for (int u0 = 0; u0 < nsub; u0 += B) {
-          typename Cfg::codec::raw_share r[B];
-#pragma unroll
-          for (int k = 0; k < B; ++k)
-            if (u0 + k < nsub) r[k] = Cfg::codec::load_raw(slot + (u0 + k) * sub_bytes, lane);
-#pragma unroll
-          for (int k = 0; k < B; ++k)
-            if (u0 + k < nsub) {
-              const size_t first = b + t * tile_elems + (u0 + k) * sub_elems + static_cast<size_t>(lane) * V;
-              const int valid = detail::valid_count(first, b + len, V);
-              float v[V];
-              Cfg::codec::decode(r[k], v);
-              if (valid > 0) echo::detail::store_floats<T, V>(p.out + first, valid, v);
-            }
-        }
-        continue;
-      }
-#endif
       for (int u = 0; u < U && t * tile_elems + u * sub_elems < len; ++u) {
         const size_t first = b + t * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
         stages::gather(slot + u * sub_bytes, p.out, first, detail::valid_count(first, b + len, V), lane);

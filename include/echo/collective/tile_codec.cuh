@@ -129,25 +129,6 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
     if (lane == 0) *reinterpret_cast<quant::wire_params*>(packet + pk::param_offset(32 / LANES, g)) = r.w;
   }
 
-  /// EXPERIMENT (ECHO_GATHER_BATCH): a lane's share of a packet as loaded, decoded later.
-  struct raw_share {
-    uint32_t words[WORDS];
-    uint32_t params;
-  };
-  __device__ __forceinline__ static raw_share load_raw(const unsigned char* packet, int t) {
-    const int g = t / LANES, lane = t % LANES;
-    raw_share r;
-    echo::detail::load_words<WORDS, cub::LOAD_CG>(packet + pk::code_offset(g) + lane * WORDS * 4, r.words);
-    r.params = cub::ThreadLoad<cub::LOAD_CG>(
-        reinterpret_cast<uint32_t*>(const_cast<unsigned char*>(packet) + pk::param_offset(32 / LANES, g)));
-    return r;
-  }
-  __device__ __forceinline__ static void decode(const raw_share& r, float (&v)[V]) {
-    const quant::group_params p = Q::unpack({static_cast<uint16_t>(r.params & 0xFFFFu), static_cast<uint16_t>(r.params >> 16)});
-#pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = Q::decode(pk::get_code(r.words, i), p);
-  }
-
   /// Dequantize lane `t`'s share of a packet a peer wrote.
   __device__ __forceinline__ static void load(const unsigned char* packet, int t, float (&v)[V]) {
     const int g = t / LANES, lane = t % LANES;
