@@ -53,7 +53,6 @@ struct tile_stages {
   using packed = typename codec::packed;
   static constexpr int V = Cfg::V;
   static constexpr bool keeps = Comp::keeps_state;
-  static constexpr int warps = Cfg::warps;
 
   using storage = typename detail::storage_of<Comp>::type;
   /// The storage takes the data group's step (comp::step_state) where the call quantizes on a grid
@@ -175,59 +174,10 @@ __device__ __forceinline__ int valid_count(size_t first, size_t end, int V) {
 /// nothing on H200 while it doubled the operand registers; docs/benchmarks.md.) With
 /// Cfg::policy::prefetch = D > 0, lane 0 asks L2 for the input of sub-tile u + D (u = 0: of
 /// sub-tiles 1..D) before sub-tile u's loads, so they find it there; a hint, results unchanged.
-#ifndef ECHO_EXP_STAGE
-#define ECHO_EXP_STAGE 0
-#endif
-template <class Stages>
-__device__ __forceinline__ uint4* stage_buffer() {
-  constexpr int NV = Stages::V * sizeof(typename Stages::T) / 16;
-  __shared__ uint4 buf[Stages::warps * 2 * (NV <= 4 ? NV : 1) * 32];
-  return buf + (threadIdx.x / 32) * 2 * NV * 32;
-}
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(smem))),
-               "l"(gmem)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait0() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
-
 template <class Stages, class T, class F>
 __device__ __forceinline__ void over_subtiles(const T* in, const state_ref& st, size_t first, size_t end, int subs,
                                               size_t sub_elems, F&& f) {
   constexpr int D = Stages::prefetch;
-#if ECHO_EXP_STAGE
-  if constexpr (Stages::V * sizeof(T) <= 64) {
-    constexpr int V = Stages::V, NV = V * sizeof(T) / 16;
-    const int lane = threadIdx.x & 31;
-    uint4* const buf = stage_buffer<Stages>();
-    auto issue = [&](int u, size_t f0) {
-      if (valid_count(f0, end, V) == V) {
-        uint4* const s = buf + (u & 1) * NV * 32 + lane;
-#pragma unroll
-        for (int i = 0; i < NV; ++i) cp_async16(s + i * 32, reinterpret_cast<const uint4*>(in + f0) + i);
-      }
-      cp_async_commit();
-    };
-    issue(0, first);
-    for (int u = 0; u < subs; ++u, first += sub_elems) {
-      const int valid = valid_count(first, end, V);
-      cp_async_wait0();
-      typename Stages::operands o;
-      if (valid == V) {
-        const uint4* const s = buf + (u & 1) * NV * 32 + lane;
-#pragma unroll
-        for (int i = 0; i < NV; ++i) o.x.w[i] = s[i * 32];
-      } else {
-        o.x = echo::detail::load_raw<T, V>(in + first, valid);
-      }
-      if constexpr (Stages::keeps) o.c = Stages::storage::template load<V>(st.data, st.n, first, st.active ? valid : 0);
-      if (u + 1 < subs) issue(u + 1, first + sub_elems);
-      f(o, first, valid, u);
-    }
-    return;
-  }
-#endif
   for (int u = 0; u < subs; ++u, first += sub_elems) {
     if constexpr (D > 0) {
       if ((threadIdx.x & 31) == 0 && u + 1 < subs) {
