@@ -45,50 +45,6 @@ struct storage_of<Comp, true> {
 
 }  // namespace detail
 
-#ifndef ECHO_EXP_COALESCE
-#define ECHO_EXP_COALESCE 0
-#endif
-namespace detail {
-/// EXPERIMENT: a warp's full sub-tile of lane runs moved between global memory and the lanes through
-/// shared memory, so that every global access of the warp is 32 consecutive 16-byte vectors.
-template <class T, int V, int Warps>
-struct warp_transpose {
-  static constexpr int NV = V * int(sizeof(T)) / 16;
-  static constexpr bool enabled = ECHO_EXP_COALESCE && NV >= 2 && NV <= 4;
-  __device__ __forceinline__ static uint4* buffer() {
-    __shared__ uint4 buf[Warps * 32 * (enabled ? NV : 1)];
-    return buf + (threadIdx.x / 32) * 32 * NV;
-  }
-  __device__ __forceinline__ static int swz(int v) { return v ^ ((v >> 3) & (NV - 1)); }
-  /// base: the sub-tile's first element (lane 0's run).
-  __device__ __forceinline__ static echo::detail::raw_run<T, V> load(const T* base, int lane) {
-    uint4* const b = buffer();
-    const uint4* const g = reinterpret_cast<const uint4*>(base);
-    uint4 w[NV];
-#pragma unroll
-    for (int i = 0; i < NV; ++i) w[i] = g[i * 32 + lane];
-#pragma unroll
-    for (int i = 0; i < NV; ++i) b[swz(i * 32 + lane)] = w[i];
-    __syncwarp();
-    echo::detail::raw_run<T, V> r;
-#pragma unroll
-    for (int j = 0; j < NV; ++j) r.w[j] = b[swz(lane * NV + j)];
-    __syncwarp();
-    return r;
-  }
-  __device__ __forceinline__ static void store(T* base, const echo::detail::raw_run<T, V>& r, int lane) {
-    uint4* const b = buffer();
-#pragma unroll
-    for (int j = 0; j < NV; ++j) b[swz(lane * NV + j)] = r.w[j];
-    __syncwarp();
-    uint4* const g = reinterpret_cast<uint4*>(base);
-#pragma unroll
-    for (int i = 0; i < NV; ++i) g[i * 32 + lane] = b[swz(i * 32 + lane)];
-    __syncwarp();
-  }
-};
-}  // namespace detail
-
 template <class Cfg>
 struct tile_stages {
   using T = typename Cfg::element;
@@ -97,19 +53,6 @@ struct tile_stages {
   using packed = typename codec::packed;
   static constexpr int V = Cfg::V;
   static constexpr bool keeps = Comp::keeps_state;
-  using xpose = detail::warp_transpose<T, V, Cfg::warps>;
-
-  /// The output of a lane's run (every lane of the warp calls it).
-  __device__ __forceinline__ static void store_out(T* out, size_t first, int valid, const float (&v)[V]) {
-    if constexpr (xpose::enabled) {
-      if (__all_sync(0xffffffffu, valid == V)) {
-        xpose::store(out + first - static_cast<size_t>(threadIdx.x & 31) * V, echo::detail::pack_run<T, V>(v),
-                     threadIdx.x & 31);
-        return;
-      }
-    }
-    echo::detail::store_floats<T, V>(out + first, valid, v);
-  }
 
   using storage = typename detail::storage_of<Comp>::type;
   /// The storage takes the data group's step (comp::step_state) where the call quantizes on a grid
@@ -202,7 +145,7 @@ struct tile_stages {
     float dq[V];
     quant::group_params p{};
     const packed r = codec::quantize(acc, valid, dq, &p);
-    store_out(out, first, valid, dq);
+    echo::detail::store_floats<T, V>(out + first, valid, dq);
     if constexpr (keeps) {
 #pragma unroll
       for (int v = 0; v < V; ++v)
@@ -216,7 +159,7 @@ struct tile_stages {
   __device__ __forceinline__ static void gather(const unsigned char* packet, T* out, size_t first, int valid, int lane) {
     float v[V];
     codec::load(packet, lane, v);
-    store_out(out, first, valid, v);
+    if (valid > 0) echo::detail::store_floats<T, V>(out + first, valid, v);
   }
 };
 
@@ -245,17 +188,6 @@ __device__ __forceinline__ void over_subtiles(const T* in, const state_ref& st, 
       }
     }
     const int valid = valid_count(first, end, Stages::V);
-    if constexpr (Stages::xpose::enabled) {
-      const size_t base = first - static_cast<size_t>(threadIdx.x & 31) * Stages::V;
-      if (base + 32 * Stages::V <= end) {  // the whole sub-tile (uniform over the warp)
-        typename Stages::operands o;
-        o.x = Stages::xpose::load(in + base, threadIdx.x & 31);
-        if constexpr (Stages::keeps)
-          o.c = Stages::storage::template load<Stages::V>(st.data, st.n, first, st.active ? valid : 0);
-        f(o, first, valid, u);
-        continue;
-      }
-    }
     f(Stages::fetch(in, st, first, valid), first, valid, u);
   }
 }

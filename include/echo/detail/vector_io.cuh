@@ -65,31 +65,6 @@ __device__ __forceinline__ void load_floats(const T* p, int valid, float (&v)[V]
   widen(load_raw<T, V, M>(p, valid), v);
 }
 
-/// V values rounded to T (nearest even), as 16-byte vectors.
-template <class T, int V>
-__device__ __forceinline__ raw_run<T, V> pack_run(const float (&v)[V]) {
-  constexpr int per = 16 / sizeof(T);
-  raw_run<T, V> r;
-#pragma unroll
-  for (int i = 0; i < V / per; ++i) {
-    uint4& w = r.w[i];
-    if constexpr (std::is_same<T, bfloat16_t>::value) {  // two values per conversion, same rounding
-      __nv_bfloat162* e = reinterpret_cast<__nv_bfloat162*>(&w);
-#pragma unroll
-      for (int j = 0; j < per / 2; ++j) e[j] = __floats2bfloat162_rn(v[i * per + 2 * j], v[i * per + 2 * j + 1]);
-    } else if constexpr (std::is_same<T, half_t>::value) {
-      __half2* e = reinterpret_cast<__half2*>(&w);
-#pragma unroll
-      for (int j = 0; j < per / 2; ++j) e[j] = __floats2half2_rn(v[i * per + 2 * j], v[i * per + 2 * j + 1]);
-    } else {
-      T* e = reinterpret_cast<T*>(&w);
-#pragma unroll
-      for (int j = 0; j < per; ++j) e[j] = element_traits<T>::from_float(v[i * per + j]);
-    }
-  }
-  return r;
-}
-
 /// Rounds to T (nearest even) and stores `valid` elements; full runs use 16-byte stores.
 template <class T, int V>
 __device__ __forceinline__ void store_floats(T* p, int valid, const float (&v)[V]) {
