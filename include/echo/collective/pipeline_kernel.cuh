@@ -32,6 +32,8 @@
 #include "tile_stages.cuh"
 #include "workspace_layout.cuh"
 
+#include <type_traits>
+
 namespace echo::collective {
 
 #if ECHO_HAS_CUDA
@@ -150,9 +152,15 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   const int U = p.subtiles;
   const size_t tile_elems = sub_elems * U, tile_bytes = sub_bytes * U;
   const int lane = threadIdx.x & 31;
-  const size_t warp = static_cast<size_t>(blockIdx.x) * Cfg::warps + threadIdx.x / 32;
-  const size_t W = static_cast<size_t>(gridDim.x) * Cfg::warps;
-  const size_t lag = static_cast<size_t>(Cfg::policy::stage_lag) * W;  // push -> reduce -> gather distance
+  // Tile indices: 32-bit in the phase schedule (2^32 tiles of at least 512 values are beyond any
+  // memory), which with the partition's quotients took the lean mid kernel's spills away and the
+  // 16 MiB calls 2-5 % faster on one GPU; 64-bit in the overlapped one, where 32-bit ones made
+  // ptxas spill the lean wide kernel (20 / 24 B) and 4-bit at 1 GiB 1.5 % slower
+  // (docs/benchmarks.md, fourteenth session).
+  using tile_index = std::conditional_t<(Cfg::policy::stage_lag > 0), size_t, uint32_t>;
+  const tile_index warp = static_cast<tile_index>(blockIdx.x) * Cfg::warps + threadIdx.x / 32;
+  const tile_index W = static_cast<tile_index>(gridDim.x) * Cfg::warps;
+  const tile_index lag = static_cast<tile_index>(Cfg::policy::stage_lag) * W;  // push -> reduce -> gather distance
   echo::detail::wait_prior_grid();  // launched by detail::launch_dependent
   uint32_t* const sync = reinterpret_cast<uint32_t*>(p.local);
   const uint32_t* const abort = sync + echo::detail::sync_words::abort;
@@ -163,20 +171,20 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   const state_ref st{p.state ? p.state + comp::state_header::bytes : nullptr, p.n, frame.active};
   const int P = p.ranks, me = p.rank;
   const workspace_layout& L = p.layout;
-  const echo::detail::partition part{p.n, p.granule, P};
-  const size_t tiles0 = echo::detail::ceil_div(part.size(0), tile_elems);  // segment 0 is the longest
+  const echo::detail::partition_quotients part{p.n, p.granule, P};
+  const tile_index tiles0 = static_cast<tile_index>(echo::detail::ceil_div(part.size(0), tile_elems));  // segment 0 is the longest
   wait_result why = wait_result::ok;
   (void)lag;
   (void)tiles0;
 
   // A. push tile t of every peer's segment into the peer's recv ring; publish.
-  auto push = [&](size_t t) {
+  auto push = [&](tile_index t) {
     for (int d = 1; d < P; ++d) {
       const int j = (me + d) % P;
       const size_t b = part.begin(j), len = part.size(j);
       if (t * tile_elems >= len) continue;
       const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
-      unsigned char* const slot = p.peer[j] + L.recv_slot(me, t % p.ring, tile_bytes);
+      unsigned char* const slot = p.peer[j] + L.recv_slot(me, t % static_cast<tile_index>(p.ring), tile_bytes);
       detail::over_subtiles<stages>(p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs,
                                     sub_elems, [&](const auto& ops, size_t first, int valid, int u) {
                                       const auto r = stages::push(ops, st, p.store_send_errors, first, valid);
@@ -188,7 +196,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   };
   // B. reduce tile t of the own segment: wait for the receipts, sum, push the sum's packet into
   // every peer's gather ring; publish.
-  auto reduce = [&](size_t t) {
+  auto reduce = [&](tile_index t) {
     const size_t b = part.begin(me), len = part.size(me);
     if (t * tile_elems >= len) return wait_result::ok;
     for (int i = 0; i < P; ++i)
@@ -197,7 +205,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
         if (w != wait_result::ok) return w;
       }
     const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
-    const size_t slot = t % p.ring;
+    const size_t slot = t % static_cast<tile_index>(p.ring);
     detail::over_subtiles<stages>(
         p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs, sub_elems,
         [&](const auto& ops, size_t first, int valid, int u) {
@@ -214,14 +222,14 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     return wait_result::ok;
   };
   // C. gather tile t of every other segment from its owner's packet.
-  auto gather = [&](size_t t) {
+  auto gather = [&](tile_index t) {
     for (int d = 1; d < P; ++d) {
       const int j = (me + d) % P;
       const size_t b = part.begin(j), len = part.size(j);
       if (t * tile_elems >= len) continue;
       const wait_result w = detail::warp_wait(p.local + L.gather_flag(j, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
       if (w != wait_result::ok) return w;
-      const unsigned char* const slot = p.local + L.gather_slot(j, t % p.ring, tile_bytes);
+      const unsigned char* const slot = p.local + L.gather_slot(j, t % static_cast<tile_index>(p.ring), tile_bytes);
       for (int u = 0; u < U && t * tile_elems + u * sub_elems < len; ++u) {
         const size_t first = b + t * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
         stages::gather(slot + u * sub_bytes, p.out, first, detail::valid_count(first, b + len, V), lane);
@@ -232,7 +240,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
 
   if constexpr (Cfg::policy::stage_lag > 0) {
     // Stages of different tiles in one loop (see the top of the file); tiles [0, tiles0).
-    for (size_t t = warp;; t += W) {
+    for (tile_index t = warp;; t += W) {
       if (t < tiles0) push(t);
       if (t >= lag && t - lag < tiles0) {
         why = reduce(t - lag);
@@ -246,9 +254,10 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     }
   } else {
     // One stage after another over this launch's tiles [t_begin, t_end) (a round of the rings).
-    for (size_t t = p.t_begin + warp; t < p.t_end; t += W) push(t);
-    for (size_t t = p.t_begin + warp; t < p.t_end && why == wait_result::ok; t += W) why = reduce(t);
-    for (size_t t = p.t_begin + warp; t < p.t_end && why == wait_result::ok; t += W) why = gather(t);
+    const tile_index t0 = static_cast<tile_index>(p.t_begin) + warp, t1 = static_cast<tile_index>(p.t_end);
+    for (tile_index t = t0; t < t1; t += W) push(t);
+    for (tile_index t = t0; t < t1 && why == wait_result::ok; t += W) why = reduce(t);
+    for (tile_index t = t0; t < t1 && why == wait_result::ok; t += W) why = gather(t);
   }
   if (why != wait_result::ok && lane == 0) detail::give_up(why, sync, p.peer, P, me, p.status);
 

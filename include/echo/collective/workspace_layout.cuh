@@ -41,12 +41,14 @@ struct workspace_layout {
   ECHO_HD size_t oneshot_slot(uint32_t epoch, int sender) const {
     return oneshot() + ((epoch & 1u) * static_cast<size_t>(ranks) + sender) * align(oneshot_bytes);
   }
+  /// Bytes from one rank's ring to the next: recv_slot(i, s, b) = recv_slot(0, s, b) + i * ring_stride().
+  ECHO_HD size_t ring_stride() const { return align(ring_bytes); }
   /// Slot `slot` (of tile_bytes each) of sender i's ring / owner j's ring.
   ECHO_HD size_t recv_slot(int sender, size_t slot, size_t tile_bytes) const {
-    return recv_ring() + sender * align(ring_bytes) + slot * tile_bytes;
+    return recv_ring() + sender * ring_stride() + slot * tile_bytes;
   }
   ECHO_HD size_t gather_slot(int owner, size_t slot, size_t tile_bytes) const {
-    return gather_ring() + owner * align(ring_bytes) + slot * tile_bytes;
+    return gather_ring() + owner * ring_stride() + slot * tile_bytes;
   }
 };
 
