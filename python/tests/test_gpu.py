@@ -1,7 +1,12 @@
 """The torch ops on 2 GPUs (one process per GPU, an NCCL group): bit for bit equal to
 echo_allreduce.reference through the torch path, CUDA graph capture and replay, torch.compile,
 autograd against the exact all-reduce, the env switch, bad inputs, a missing peer. Skipped, with
-the reason shown (pytest -rs), where torch, the torch ops or 2 GPUs are absent."""
+the reason shown (pytest -rs), where torch, the torch ops or 2 GPUs are absent.
+
+With one GPU and ECHO_TEST_RANKS=2 (as for the C++ GPU tests, docs/scale-out.md) the two ranks
+share it: NCCL refuses two ranks on one GPU, so the group is gloo and the ops are asked for the cuda
+backend explicitly; what needs NCCL or a second device (transport::nccl, a tensor on the other
+rank's GPU) is left out there and says so."""
 
 import os
 
@@ -13,8 +18,11 @@ from echo_allreduce import ops, reference  # noqa: E402
 
 if not ops.ops_available():
     pytest.skip("echo_allreduce was built without its torch ops (ECHO_BUILD_TORCH=OFF)", allow_module_level=True)
-if torch.cuda.device_count() < 2:
-    pytest.skip(f"needs 2 GPUs, found {torch.cuda.device_count()}", allow_module_level=True)
+GPUS = torch.cuda.device_count()
+SHARED = GPUS < 2  # the ranks share one GPU (ECHO_TEST_RANKS=2 only)
+if GPUS == 0 or (SHARED and os.environ.get("ECHO_TEST_RANKS") != "2"):
+    pytest.skip(f"needs 2 GPUs (or 1 with ECHO_TEST_RANKS=2), found {GPUS}", allow_module_level=True)
+BACKEND = "gloo" if SHARED else "nccl"
 
 import torch.distributed as dist  # noqa: E402
 
@@ -40,12 +48,19 @@ CONFIGS = [
 ]
 
 
+def device(rank):
+    """This rank's GPU, made current."""
+    d = torch.device("cuda", rank % GPUS)
+    torch.cuda.set_device(d)
+    return d
+
+
 def make(cfg, max_elements, **kw):
     from echo_allreduce import EchoAllReduce
 
     quant, bits, group, comp, storage = cfg
     return EchoAllReduce(None, max_elements, quant=quant, bits=bits, group_size=group, comp=comp,
-                         storage=storage or "int8", **kw)
+                         storage=storage or "int8", backend="cuda", **kw)
 
 
 class Expect:
@@ -64,7 +79,7 @@ class Expect:
 
 
 def _bit_for_bit(rank, world):
-    dev = torch.device("cuda", rank)
+    dev = device(rank)
     n = 300_007  # no multiple of any group or of the ranks
     for cfg in CONFIGS:
         comm = make(cfg, n, unquantized_below_bytes=0)  # the quantizer itself at every size
@@ -82,11 +97,11 @@ def _bit_for_bit(rank, world):
 
 
 def test_op_equals_the_reference_bit_for_bit():
-    run_ranks(_bit_for_bit, backend="nccl")
+    run_ranks(_bit_for_bit, backend=BACKEND)
 
 
 def _dispatch_nccl_deferred(rank, world):
-    dev = torch.device("cuda", rank)
+    dev = device(rank)
     cfg = ("zero_aware", 4, 128, "error_feedback", "int8")
     # Default dispatch: below unquantized_below_bytes the 16-bit path (the reference's quant none):
     # up to 1 MiB the one-shot kernel, which passes the chain through untouched; then the 16-bit
@@ -119,7 +134,10 @@ def _dispatch_nccl_deferred(rank, world):
     # bookkeeping of the deferred update differs).
     assert torch.equal(fused[256:], deferred[256:])
     comm.close()
-    # transport::nccl
+    # transport::nccl (it needs NCCL, which refuses two ranks on one GPU)
+    if SHARED:
+        print("transport::nccl left out: the ranks share a GPU")
+        return
     for cfg in (cfg, ("zero_aware", 8, 128, "none", ""), ("none", 4, 128, "error_feedback", "int8")):
         comm = make(cfg, 100_000, transport="nccl", unquantized_below_bytes=0)
         chain = comm.new_chain()
@@ -131,13 +149,13 @@ def _dispatch_nccl_deferred(rank, world):
 
 
 def test_default_dispatch_deferred_update_and_nccl_transport():
-    run_ranks(_dispatch_nccl_deferred, backend="nccl")
+    run_ranks(_dispatch_nccl_deferred, backend=BACKEND)
 
 
 def _reset_chain(rank, world):
     # reset_chain zeroes only the chain's tag; the next call must equal a fresh chain's, eagerly
     # and inside a captured graph, although the stored errors stay in memory.
-    dev = torch.device("cuda", rank)
+    dev = device(rank)
     cfg = ("zero_aware", 4, 128, "error_feedback", "bf16")
     n = 200_003
     comm = make(cfg, n, unquantized_below_bytes=0)
@@ -170,11 +188,11 @@ def _reset_chain(rank, world):
 
 
 def test_reset_chain_clears_the_tag_only_and_starts_afresh():
-    run_ranks(_reset_chain, backend="nccl")
+    run_ranks(_reset_chain, backend=BACKEND)
 
 
 def _graph_and_compile(rank, world):
-    dev = torch.device("cuda", rank)
+    dev = device(rank)
     cfg = ("zero_aware", 4, 128, "error_feedback", "int8")
     n = 65_537
     comm = make(cfg, n, unquantized_below_bytes=0)
@@ -247,14 +265,14 @@ def _graph_and_compile(rank, world):
 
 
 def test_cuda_graph_replay_and_torch_compile():
-    run_ranks(_graph_and_compile, backend="nccl", timeout=600)
+    run_ranks(_graph_and_compile, backend=BACKEND, timeout=600)
 
 
 def _autograd_and_env(rank, world):
     from echo_allreduce import EchoAllReduce
     from echo_allreduce.autograd import copy_to_tp, reduce_from_tp
 
-    dev = torch.device("cuda", rank)
+    dev = device(rank)
     n = 1 << 18
     comm = make(("zero_aware", 4, 128, "error_feedback", "int8"), n, unquantized_below_bytes=0)
     fwd, bwd = comm.new_chain(), comm.new_chain()
@@ -282,7 +300,7 @@ def _autograd_and_env(rank, world):
     x = rank_inputs(0, 4096, torch.bfloat16, world)
     for value, want in (("off", None), ("int4", ("zero_aware", 4)), ("int8", ("zero_aware", 8)), ("none", ("none", 4))):
         os.environ["ECHO_ALLREDUCE"] = value
-        comm = EchoAllReduce(None, 4096, quant="symmetric", comp="none", unquantized_below_bytes=0)
+        comm = EchoAllReduce(None, 4096, quant="symmetric", comp="none", unquantized_below_bytes=0, backend="cuda")
         got = comm.all_reduce(x[rank].to(dev))
         if want is None:
             assert comm.backend == "off" and not comm.should_use(x[rank].to(dev))
@@ -297,11 +315,11 @@ def _autograd_and_env(rank, world):
 
 
 def test_autograd_and_env_switch():
-    run_ranks(_autograd_and_env, backend="nccl")
+    run_ranks(_autograd_and_env, backend=BACKEND)
 
 
 def _bad_inputs(rank, world):
-    dev = torch.device("cuda", rank)
+    dev = device(rank)
     n = 4096
     cfg = ("zero_aware", 4, 128, "error_feedback", "int8")
     comm = make(cfg, n, unquantized_below_bytes=0)
@@ -313,12 +331,11 @@ def _bad_inputs(rank, world):
     torch.cuda.synchronize()
     before = chain.clone()
     assert comm.should_use(x) and not comm.should_use(x[1:]) and not comm.should_use(x.cpu())
-    other = torch.device("cuda", 1 - rank)
+    other = torch.device("cuda", 1 - rank) if not SHARED else None
     bad = [
         ("dtype", lambda: comm.all_reduce(x.to(torch.int32), chain=chain)),
         ("dtype", lambda: comm.all_reduce(x.double(), chain=chain)),
         ("cuda:", lambda: comm.all_reduce(x.cpu(), chain=chain)),
-        ("cuda:", lambda: comm.all_reduce(x.to(other), chain=chain)),
         ("contiguous", lambda: comm.all_reduce(x.view(64, 64).t(), chain=chain)),
         ("max_elements", lambda: comm.all_reduce(torch.zeros(n + 1, dtype=torch.bfloat16, device=dev), chain=chain)),
         ("16-byte", lambda: comm.all_reduce(x[1:], out=torch.empty(n - 1, dtype=x.dtype, device=dev), chain=chain)),
@@ -331,6 +348,8 @@ def _bad_inputs(rank, world):
         ("out tensor", lambda: comm.all_reduce(x, chain=chain, mode="deferred")),
         ("no deferred call", lambda: comm.update(x, chain)),
     ]
+    if other is not None:  # a tensor on the other rank's GPU (there is none when they share one)
+        bad.append(("cuda:", lambda: comm.all_reduce(x.to(other), chain=chain)))
     for what, call in bad:
         with pytest.raises((ValueError, RuntimeError), match=what):
             call()
@@ -347,11 +366,11 @@ def _bad_inputs(rank, world):
 
 
 def test_bad_inputs_raise_and_leave_the_state_untouched():
-    run_ranks(_bad_inputs, backend="nccl")
+    run_ranks(_bad_inputs, backend=BACKEND)
 
 
 def _missing_peer(rank, world):
-    dev = torch.device("cuda", rank)
+    dev = device(rank)
     comm = make(("zero_aware", 4, 128, "none", ""), 1 << 16, unquantized_below_bytes=0, spin_limit_s=1.0)
     x = torch.ones(1 << 16, device=dev)
     if rank == 0:  # rank 1 never calls
@@ -365,4 +384,4 @@ def _missing_peer(rank, world):
 
 
 def test_a_missing_peer_is_a_clear_error_not_a_hang():
-    run_ranks(_missing_peer, backend="nccl", timeout=120)
+    run_ranks(_missing_peer, backend=BACKEND, timeout=120)
