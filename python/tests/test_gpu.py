@@ -100,7 +100,7 @@ def test_op_equals_the_reference_bit_for_bit():
     run_ranks(_bit_for_bit, backend=BACKEND)
 
 
-def _dispatch_nccl_deferred(rank, world):
+def _dispatch_deferred(rank, world):
     dev = device(rank)
     cfg = ("zero_aware", 4, 128, "error_feedback", "int8")
     # Default dispatch: below unquantized_below_bytes the 16-bit path (the reference's quant none):
@@ -134,11 +134,16 @@ def _dispatch_nccl_deferred(rank, world):
     # bookkeeping of the deferred update differs).
     assert torch.equal(fused[256:], deferred[256:])
     comm.close()
-    # transport::nccl (it needs NCCL, which refuses two ranks on one GPU)
-    if SHARED:
-        print("transport::nccl left out: the ranks share a GPU")
-        return
-    for cfg in (cfg, ("zero_aware", 8, 128, "none", ""), ("none", 4, 128, "error_feedback", "int8")):
+
+
+def test_default_dispatch_and_deferred_update():
+    run_ranks(_dispatch_deferred, backend=BACKEND)
+
+
+def _nccl_transport(rank, world):
+    dev = device(rank)
+    for cfg in (("zero_aware", 4, 128, "error_feedback", "int8"), ("zero_aware", 8, 128, "none", ""),
+                ("none", 4, 128, "error_feedback", "int8")):
         comm = make(cfg, 100_000, transport="nccl", unquantized_below_bytes=0)
         chain = comm.new_chain()
         expect = Expect(cfg, world, 100_000)
@@ -148,8 +153,9 @@ def _dispatch_nccl_deferred(rank, world):
         comm.close()
 
 
-def test_default_dispatch_deferred_update_and_nccl_transport():
-    run_ranks(_dispatch_nccl_deferred, backend=BACKEND)
+@pytest.mark.skipif(SHARED, reason="transport::nccl needs NCCL, which refuses two ranks on one GPU")
+def test_nccl_transport():
+    run_ranks(_nccl_transport, backend=BACKEND)
 
 
 def _reset_chain(rank, world):
