@@ -6,7 +6,7 @@ the reason shown (pytest -rs), where torch, the torch ops or 2 GPUs are absent.
 With one GPU and ECHO_TEST_RANKS=2 (as for the C++ GPU tests, docs/scale-out.md) the two ranks
 share it: NCCL refuses two ranks on one GPU, so the group is gloo and the ops are asked for the cuda
 backend explicitly; what needs NCCL or a second device (transport::nccl, a tensor on the other
-rank's GPU) is left out there and says so."""
+rank's GPU) is in tests of its own that report themselves skipped there."""
 
 import os
 
@@ -23,6 +23,8 @@ SHARED = GPUS < 2  # the ranks share one GPU (ECHO_TEST_RANKS=2 only)
 if GPUS == 0 or (SHARED and os.environ.get("ECHO_TEST_RANKS") != "2"):
     pytest.skip(f"needs 2 GPUs (or 1 with ECHO_TEST_RANKS=2), found {GPUS}", allow_module_level=True)
 BACKEND = "gloo" if SHARED else "nccl"
+# A gloo group defaults to the reference backend: ask for the ops (with NCCL the default picks them)
+SHARED_KW = {"backend": "cuda"} if SHARED else {}
 
 import torch.distributed as dist  # noqa: E402
 
@@ -60,7 +62,7 @@ def make(cfg, max_elements, **kw):
 
     quant, bits, group, comp, storage = cfg
     return EchoAllReduce(None, max_elements, quant=quant, bits=bits, group_size=group, comp=comp,
-                         storage=storage or "int8", backend="cuda", **kw)
+                         storage=storage or "int8", **SHARED_KW, **kw)
 
 
 class Expect:
@@ -306,7 +308,7 @@ def _autograd_and_env(rank, world):
     x = rank_inputs(0, 4096, torch.bfloat16, world)
     for value, want in (("off", None), ("int4", ("zero_aware", 4)), ("int8", ("zero_aware", 8)), ("none", ("none", 4))):
         os.environ["ECHO_ALLREDUCE"] = value
-        comm = EchoAllReduce(None, 4096, quant="symmetric", comp="none", unquantized_below_bytes=0, backend="cuda")
+        comm = EchoAllReduce(None, 4096, quant="symmetric", comp="none", unquantized_below_bytes=0, **SHARED_KW)
         got = comm.all_reduce(x[rank].to(dev))
         if want is None:
             assert comm.backend == "off" and not comm.should_use(x[rank].to(dev))
@@ -337,7 +339,6 @@ def _bad_inputs(rank, world):
     torch.cuda.synchronize()
     before = chain.clone()
     assert comm.should_use(x) and not comm.should_use(x[1:]) and not comm.should_use(x.cpu())
-    other = torch.device("cuda", 1 - rank) if not SHARED else None
     bad = [
         ("dtype", lambda: comm.all_reduce(x.to(torch.int32), chain=chain)),
         ("dtype", lambda: comm.all_reduce(x.double(), chain=chain)),
@@ -354,8 +355,6 @@ def _bad_inputs(rank, world):
         ("out tensor", lambda: comm.all_reduce(x, chain=chain, mode="deferred")),
         ("no deferred call", lambda: comm.update(x, chain)),
     ]
-    if other is not None:  # a tensor on the other rank's GPU (there is none when they share one)
-        bad.append(("cuda:", lambda: comm.all_reduce(x.to(other), chain=chain)))
     for what, call in bad:
         with pytest.raises((ValueError, RuntimeError), match=what):
             call()
@@ -373,6 +372,30 @@ def _bad_inputs(rank, world):
 
 def test_bad_inputs_raise_and_leave_the_state_untouched():
     run_ranks(_bad_inputs, backend=BACKEND)
+
+
+def _input_on_another_gpu(rank, world):
+    dev = device(rank)
+    cfg = ("zero_aware", 4, 128, "error_feedback", "int8")
+    comm = make(cfg, 4096, unquantized_below_bytes=0)
+    chain = comm.new_chain()
+    expect = Expect(cfg, world, 4096)
+    xs = rank_inputs(0, 4096, torch.bfloat16, world)
+    assert same_bits(comm.all_reduce(xs[rank].to(dev), chain=chain), expect(xs, rank))
+    torch.cuda.synchronize()
+    before = chain.clone()
+    with pytest.raises((ValueError, RuntimeError), match="cuda:"):
+        comm.all_reduce(xs[rank].to(torch.device("cuda", 1 - rank)), chain=chain)
+    torch.cuda.synchronize()
+    assert torch.equal(chain, before)  # refused, the state untouched, and the chain goes on
+    xs = rank_inputs(1, 4096, torch.bfloat16, world)
+    assert same_bits(comm.all_reduce(xs[rank].to(dev), chain=chain), expect(xs, rank))
+    comm.close()
+
+
+@pytest.mark.skipif(SHARED, reason="needs a second GPU to put the input on")
+def test_an_input_on_another_gpu_is_refused():
+    run_ranks(_input_on_another_gpu, backend=BACKEND)
 
 
 def _missing_peer(rank, world):

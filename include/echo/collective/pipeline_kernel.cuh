@@ -152,9 +152,9 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   const int U = p.subtiles;
   const size_t tile_elems = sub_elems * U, tile_bytes = sub_bytes * U;
   const int lane = threadIdx.x & 31;
-  // Tile indices: 32-bit in the phase schedule (2^32 tiles of at least 512 values are beyond any
+  // Tile indices: 32-bit in the phase schedule (2^32 tiles of at least 256 values are beyond any
   // memory), which with the partition's quotients took the lean mid kernel's spills away and the
-  // 16 MiB calls 2-5 % faster on one GPU; 64-bit in the overlapped one, where 32-bit ones made
+  // 16 MiB calls 2-3 % faster on one GPU; 64-bit in the overlapped one, where 32-bit ones made
   // ptxas spill the lean wide kernel (20 / 24 B) and 4-bit at 1 GiB 1.5 % slower
   // (docs/benchmarks.md, fourteenth session).
   using tile_index = std::conditional_t<(Cfg::policy::stage_lag > 0), size_t, uint32_t>;
