@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <string>
 
 using echo::collective::make_plan;
 using echo::collective::plan;
@@ -54,7 +55,7 @@ TEST_CASE("make_plan: every tile has a flag, rounds fit the ring, reused slots o
       // Refused only where the ring holds no tile of the plan's size, or (overlapped, slots
       // reused) fewer than one block's (2 L + 1) tiles a warp: an error status, never a launch.
       const size_t slots = in.ring_bytes / (p.U * in.sub_bytes);
-      REQUIRE((slots == 0 ||
+      REQUIRE((slots == 0 || p.tiles0 + in.resident >= (size_t(1) << 32) ||
                (in.stage_lag > 0 && p.tiles0 > slots && slots < (2 * in.stage_lag + 1) * in.block_warps)));
       REQUIRE(p.warps == 0);
       REQUIRE(p.grid == 0);
@@ -132,4 +133,12 @@ TEST_CASE("make_plan: small messages spread one sub-tile a flag; large ones amor
   CHECK(cut.ring % cut.warps == 0);
   in.ring_bytes = 0;
   CHECK(make_plan(in).why != nullptr);
+  // A segment of 2^32 tiles or more would overflow the kernel's 32-bit tile index: refused.
+  in.ring_bytes = size_t(64) << 20;
+  in.subs0 = size_t(1) << 42;
+  in.flag_tiles = (size_t(1) << 37) + 1;
+  const plan huge = make_plan(in);
+  CHECK(huge.tiles0 >= (size_t(1) << 32));
+  REQUIRE(huge.why != nullptr);
+  CHECK(std::string(huge.why).find("32-bit") != std::string::npos);
 }

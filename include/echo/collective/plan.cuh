@@ -58,6 +58,12 @@ inline plan make_plan(const plan_inputs& in) {
   const size_t slots = in.ring_bytes / (U * in.sub_bytes);
   r.U = U;
   r.tiles0 = tiles0;
+  // pipeline_kernel counts tiles and ring slots in 32 bits (its phase schedule): refuse a plan that
+  // could overflow them (2^32 tiles a segment: inputs of 1 TiB and more).
+  if (tiles0 + in.resident >= (size_t(1) << 32) || slots >= (size_t(1) << 32)) {
+    r.why = "the message has too many tiles for the kernel's 32-bit tile index";
+    return r;
+  }
   if (slots == 0) {
     r.why = "the workspace ring holds no tile: raise workspace_bytes";
     return r;
