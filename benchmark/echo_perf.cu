@@ -59,6 +59,7 @@ struct options {
   bool with_nccl = true, dispatch = false;
   bool share = false;    // -S: -g ranks over fewer GPUs
   bool profile = false;  // -P: one graph-captured call of every rank in a profiler range, per size
+  long long wide_from = -1, mid_from = -1;  // -W, -M: the pipeline's tiers by size (-1: the dispatch table's)
   config cfg;
 };
 
@@ -83,6 +84,8 @@ const char* const usage_text =
     "  -P 0|1         1: after timing each size, one call of every rank captured in one CUDA graph\n"
     "                 and launched between cudaProfilerStart/Stop, for\n"
     "                 ncu --graph-profiling graph --profile-from-start off (default 0)\n"
+    "  -W, -M BYTES   cuda_ipc: the wide / mid policy from this size on (options::wide_policy_from_bytes,\n"
+    "                 mid_policy_from_bytes; default: the dispatch table's), for ablations\n"
     "  -h             this text\n";
 
 using factory = std::unique_ptr<runner> (*)(bench_context&, const config&, const echo_runner_options&);
@@ -113,7 +116,7 @@ options parse(int argc, char** argv) {
   options o;
   int c;
   opterr = 0;
-  while ((c = getopt(argc, argv, "b:e:f:i:g:n:w:d:q:B:G:c:t:N:D:S:P:h")) != -1) {
+  while ((c = getopt(argc, argv, "b:e:f:i:g:n:w:d:q:B:G:c:t:N:D:S:P:W:M:h")) != -1) {
     const std::string v = optarg ? optarg : "";
     try {
       switch (c) {
@@ -128,6 +131,8 @@ options parse(int argc, char** argv) {
         case 'D': o.dispatch = parse_int('D', optarg, 0, 1) != 0; break;
         case 'S': o.share = parse_int('S', optarg, 0, 1) != 0; break;
         case 'P': o.profile = parse_int('P', optarg, 0, 1) != 0; break;
+        case 'W': o.wide_from = static_cast<long long>(parse_size(v, size_t(64) << 30)); break;
+        case 'M': o.mid_from = static_cast<long long>(parse_size(v, size_t(64) << 30)); break;
         case 'B': o.cfg.bits = static_cast<int>(parse_int('B', optarg, 1, 64)); break;
         case 'G': o.cfg.group = static_cast<int>(parse_int('G', optarg, 1, 1 << 20)); break;
         case 'd':
@@ -309,6 +314,8 @@ int run(const options& o) {
   echo_runner_options ro;
   ro.max_elements = buffer_bytes / elem;
   ro.forced = !o.dispatch;
+  ro.wide_from = o.wide_from;
+  ro.mid_from = o.mid_from;
   std::unique_ptr<runner> echo_run = factory_of(o.cfg)(ctx, o.cfg, ro);
   std::unique_ptr<runner> nccl_run;
   if (with_nccl) nccl_run = std::make_unique<echo_bench::nccl_runner>(ctx, echo::dispatch_dtype(o.cfg.type, [](auto tag) {
@@ -324,6 +331,9 @@ int run(const options& o) {
     std::printf("# %d ranks on %d GPU(s) (-S 1): their peer traffic stays on a GPU; times are not link times\n", P,
                 visible);
   if (o.profile) std::printf("# -P 1: one graph-captured call of every rank a size, inside a profiler range\n");
+  if (o.wide_from >= 0 || o.mid_from >= 0)
+    std::printf("# -W %lld -M %lld: the wide / mid policy from these sizes on (-1: the dispatch table's)\n", o.wide_from,
+                o.mid_from);
   std::printf("# nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: error vs the "
               "exact fp64 sum\n",
               P, o.min_bytes, o.max_bytes, o.step_factor > 1 ? static_cast<size_t>(o.step_factor) : o.step_bytes,

@@ -34,6 +34,8 @@ class echo_runner final : public runner {
     if (o.workspace_bytes) opt.workspace_bytes = o.workspace_bytes;
     if (o.forced) opt.unquantized_below_bytes = 0;
     opt.check_pointers = o.check_pointers;
+    opt.wide_policy_from_bytes = o.wide_from;
+    opt.mid_policy_from_bytes = o.mid_from;
     try {
       echo::for_each_rank(ctx.comms(), [&](const echo::communicator& c) {
         const size_t r = static_cast<size_t>(c.rank());  // each thread writes only its own slot
