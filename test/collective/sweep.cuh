@@ -1,9 +1,16 @@
 // The bit-exactness sweep shared by the per-quantizer GPU tests: every bits in {4, 8} x group in
 // {32, 128, 256} x compensator x element type, at awkward sizes, against echo::reference, for
-// both transports.
+// both transports; and chains of extreme inputs (Inf, NaN, overflow, saturated scales) under every
+// policy tier.
 #pragma once
 
 #include "support/gpu_harness.cuh"
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace echo_test {
 
@@ -21,6 +28,69 @@ void sweep_one() {
   for (size_t n : sweep_sizes) rc.step(n);
 }
 
+/// Inputs where every group of 32 takes one regime at random: ordinary, past fp16's step range
+/// (the group's scale saturates and its codes clamp), huge of one sign, near the type's largest
+/// value (sums overflow: fp32 for bf16 and float, the output for half), with an Inf, with a NaN,
+/// subnormal or signed zeros, constant. The codec's clamp-free path (tile_codec::on_grid) and the
+/// state's finite-error shortcut (tile_stages::keep_errors) must take none of the groups where the
+/// reference clamps or zeroes.
+template <class T>
+std::vector<T> extreme_elements(rng& r, size_t n) {
+  const bool half = std::is_same<T, echo::half_t>::value;
+  const float big = half ? 3.0e4f : 1.0e6f, huge = half ? 6.0e4f : 1.0e30f, top = half ? 65504.0f : 3.0e38f;
+  std::vector<T> v(n);
+  int regime = 0;
+  float c = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    if (i % 32 == 0) regime = r.uniform_int<int>(0, 8), c = r.normal();
+    float f = r.normal();
+    switch (regime) {
+      case 1: f *= big; break;
+      case 2: f = (c < 0 ? -huge : huge) * r.uniform(0.5f, 1.0f); break;
+      case 3: f = (r.coin() ? top : -top) * r.uniform(0.9f, 1.0f); break;
+      case 4: if (i % 32 == 7) f = r.coin() ? INFINITY : -INFINITY; break;
+      case 5: if (i % 32 == 11) f = NAN; break;
+      case 6: f = r.coin() ? (r.coin() ? 0.0f : -0.0f) : f * 1e-39f; break;
+      case 7: f = c; break;
+      default: break;
+    }
+    v[i] = echo::element_traits<T>::from_float(f);
+  }
+  return v;
+}
+
+/// Six calls on one chain, extreme inputs then ordinary ones (which the stored errors reach), each
+/// checked bit for bit; cuda_ipc under its narrow, mid and wide policies.
+template <class Q, class C, class T, class Transport>
+void extreme_chain() {
+  constexpr long long never = std::numeric_limits<long long>::max();
+  const std::pair<long long, long long> tiers[] = {{never, never}, {0, never}, {never, 0}};  // mid from, wide from
+  const int runs = std::is_same<Transport, echo::transport::cuda_ipc>::value ? 3 : 1;
+  const size_t n = 20011;  // a tail group, several tiles
+  for (int t = 0; t < runs; ++t) {
+    INFO("mid policy from " << tiers[t].first << " B, wide from " << tiers[t].second << " B");
+    echo::all_reduce_options opt;
+    opt.workspace_bytes = size_t(256) << 10;
+    opt.spin_limit_seconds = 5;
+    opt.mid_policy_from_bytes = tiers[t].first;
+    opt.wide_policy_from_bytes = tiers[t].second;
+    reference_check<Q, C, T, Transport> rc(n, opt);
+    for (int k = 0; k < 6; ++k) {
+      if (k % 3 == 2) {
+        rc.step(n);
+        continue;
+      }
+      std::vector<std::vector<T>> host_in(static_cast<size_t>(rc.ranks()));
+      for (int r = 0; r < rc.ranks(); ++r) {
+        host_in[static_cast<size_t>(r)] = extreme_elements<T>(rc.random(), n);
+        rc.in(r).upload(host_in[static_cast<size_t>(r)]);
+      }
+      rc.launch(n);
+      rc.finish(host_in, n);
+    }
+  }
+}
+
 template <class Q, class Transport>
 void sweep_quantizer() {
   if (!runnable<Transport>()) return;
@@ -36,6 +106,12 @@ void sweep_quantizer() {
   sweep_one<Q, ef, float, Transport>();
   sweep_one<Q, ef16, echo::half_t, Transport>();
   sweep_one<Q, efs, echo::bfloat16_t, Transport>();
+  extreme_chain<Q, none, float, Transport>();
+  extreme_chain<Q, none, echo::half_t, Transport>();
+  extreme_chain<Q, none, echo::bfloat16_t, Transport>();
+  extreme_chain<Q, efs, float, Transport>();
+  extreme_chain<Q, efs, echo::half_t, Transport>();
+  extreme_chain<Q, efs, echo::bfloat16_t, Transport>();
 }
 
 }  // namespace echo_test

@@ -22,6 +22,21 @@ static_assert(std::is_same<comp::error_feedback<half_t>::storage, half_t>::value
 static_assert(!comp::none::keeps_state, "");
 // error_feedback<double> or <int> is rejected by a static_assert (not testable at run time).
 
+TEST_CASE("error_feedback::keep: every finite error unchanged, bit for bit (the pipeline skips it for finite groups); NaN and Inf to 0") {
+  using ef = comp::error_feedback<>;
+  ECHO_TEST_RNG(r);
+  const float edges[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1.17549435e-38f, 3.4028235e38f, -3.4028235e38f, 1.0f, -65504.0f};
+  for (float e : edges) CHECK(echo_test::bits_of(ef::keep(e)) == echo_test::bits_of(e));
+  for (int i = 0; i < 100000; ++i) {
+    const float e = echo_test::float_of(r.bits32());
+    if (std::isfinite(e)) REQUIRE(echo_test::bits_of(ef::keep(e)) == echo_test::bits_of(e));
+    else REQUIRE(echo_test::bits_of(ef::keep(e)) == 0u);
+  }
+  CHECK(echo_test::bits_of(ef::keep(INFINITY)) == 0u);
+  CHECK(echo_test::bits_of(ef::keep(-INFINITY)) == 0u);
+  CHECK(echo_test::bits_of(ef::keep(NAN)) == 0u);
+}
+
 TEST_CASE_TEMPLATE("error_feedback<Storage>: chain_state stores errors rounded to nearest even", S, float, bfloat16_t,
                    half_t) {
   using chain = echo::reference::chain_state<comp::error_feedback<S>>;

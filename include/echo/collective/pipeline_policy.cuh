@@ -144,8 +144,13 @@ using mid_policy_t = typename Policy::template mid_for<detail::weight_of<Q, Comp
 /// from its wide size on, the stages overlapped (sixth and seventh sessions):
 ///   lean   2 blocks a SM, 32 values a lane, 16384 values a flag (4-bit 1 GiB: 2.93x -> 3.07x);
 ///   heavy  3 blocks a SM, 8192 values a flag, asking L2 for its input one sub-tile ahead (2-3 %
-///          from 256 MiB; nothing for the lean calls, and the 16-bit pipeline 1 % slower); for
-///          stateful calls too, where the dispatch table sends them wide (on 2 x H200: never);
+///          from 256 MiB; nothing for the lean calls, and the 16-bit pipeline 1 % slower). Its 80
+///          registers spill 20 / 36 B (8-bit); 2 blocks of 320 (96 registers) do not, and were 4-7 %
+///          slower from 256 MiB (one GPU, fifteenth session): warps in flight beat the spills.
+///          Stateful calls take it too, where the dispatch table sends them wide (on 2 x H200:
+///          never). Under the lean one their kernel does not spill and ran 6-8 % faster from
+///          512 MiB, then 2.2x slower once the codec gained its clamp-free path (one GPU, fifteenth
+///          session; its code grew from 90 to 96 KB, the cause is not isolated);
 ///   plain  1 block a SM of 8 warps, 8192 values a flag (16-bit 256 MiB: 0.96x -> 1.08x NCCL).
 using default_policy = pipeline_policy<256, 2, 4096, 16, 0,
                                        wide_by_call<pipeline_policy<256, 2, 16384, 32, 1>,

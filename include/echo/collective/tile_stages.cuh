@@ -91,14 +91,22 @@ struct tile_stages {
     }
   }
 
+  /// Whether rounding a finite group's decoded values to T keeps them finite: they lie within
+  /// 2^8 steps of at most 65504 (plus naive_zero_point's fp16 offset), beyond half_t's range but
+  /// not bfloat16_t's or float's.
+  static constexpr bool rounds_finite = !std::is_same<T, half_t>::value;
+
   /// Store what the chain keeps for the errors e that quantizing with r (group parameters p)
   /// made (every lane calls it). A storage in units of the data step (by_data_step) gets the
   /// data group's step from them (the codec's own, not recomputed: a second 1 / s per lane cost
-  /// the heavy policy registers it spilled, docs/benchmarks.md).
+  /// the heavy policy registers it spilled, docs/benchmarks.md). `finite`: every e is known to be
+  /// finite, so Comp::keep (the identity on finite errors) is skipped: two operations a value.
   __device__ __forceinline__ static void keep_errors(const state_ref& st, size_t first, int valid, float (&e)[V],
-                                                     const packed& r, const quant::group_params& p) {
+                                                     const packed& r, const quant::group_params& p, bool finite) {
+    if (!finite) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) e[i] = Comp::keep(e[i]);
+      for (int i = 0; i < V; ++i) e[i] = Comp::keep(e[i]);
+    }
     if constexpr (by_data_step)
       storage::template store<V>(st.data, st.n, first, valid, e, r.w, p);
     else
@@ -117,7 +125,9 @@ struct tile_stages {
       if (store_error) {
 #pragma unroll
         for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
-        keep_errors(st, first, valid, dq, r, p);
+        // A finite group's x' and D(Q(x')) are finite, and so is their difference (|D(Q(x'))| is
+        // below 2^8 * 65504 * 2, far below half an ulp of FLT_MAX).
+        keep_errors(st, first, valid, dq, r, p, p.finite);
       }
     }
     return r;
@@ -150,7 +160,7 @@ struct tile_stages {
 #pragma unroll
       for (int v = 0; v < V; ++v)
         dq[v] = echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v])));
-      keep_errors(st, first, valid, dq, r, p);
+      keep_errors(st, first, valid, dq, r, p, rounds_finite && p.finite);
     }
     return r;
   }

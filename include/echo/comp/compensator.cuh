@@ -7,7 +7,9 @@
 // and, when it keeps state,
 //   C::storage               the state storage policy (comp/state_storage.cuh)
 //   C::state_bytes(n)        bytes of state memory a chain of n elements needs
-//   C::keep(e)               what is stored for an error e (host and device, bit-identical)
+//   C::keep(e)               what is stored for an error e (host and device, bit-identical);
+//                            e itself for every finite e (the pipeline skips it for errors it
+//                            knows are finite)
 // The pipeline (collective/tile_stages.cuh) applies it the same way for every compensator:
 //   entry:  x' = x + c, c the stored error of this element (0 in a fresh chain);
 //   exit:   every element of a rank's input gets exactly one stored error per call: for a

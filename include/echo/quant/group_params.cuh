@@ -77,7 +77,11 @@ constexpr bool supported_group(int g) { return g == 32 || g == 64 || g == 128 ||
 /// Compile-time contract shared by every group quantizer policy. A policy adds, all ECHO_HD:
 ///   fit(group_stats) -> wire_params        the group's parameters as they travel
 ///   unpack(wire_params) -> group_params    widened once for encode and decode
-///   encode(float, group_params) -> code    biased: code_magic_bits + q, q in [0, max_code]
+///   position(float, group_params) -> float where x lands on the grid: code_magic + q for an
+///                                          integer q, rounded once, non-decreasing in x (for a
+///                                          finite group), before any clamp
+///   encode(float, group_params) -> code    biased: code_magic_bits + q, q in [0, max_code]:
+///                                          detail::biased_code(position(x, p), max_code)
 ///   decode(code, group_params) -> float    from a biased code
 /// (detail::biased_code, detail::biased_float: the clamp's result is the biased code, and decode
 /// starts from it, so neither spends an operation a value on the bias.)

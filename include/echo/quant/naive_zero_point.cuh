@@ -30,9 +30,13 @@ struct naive_zero_point : group_contract<Bits, Group> {
     return detail::widen(w, echo::detail::half_bits_to_float(w.p1), 0.0f);
   }
 
-  ECHO_HD static uint32_t encode(float x, const group_params& p) {
+  ECHO_HD static float position(float x, const group_params& p) {
     using namespace echo::detail;
-    return biased_code(fma_rn(sub_rn(x, p.offset), p.inv, p.bias), base::max_code);
+    return fma_rn(sub_rn(x, p.offset), p.inv, p.bias);
+  }
+
+  ECHO_HD static uint32_t encode(float x, const group_params& p) {
+    return echo::detail::biased_code(position(x, p), base::max_code);
   }
 
   ECHO_HD static float decode(uint32_t c, const group_params& p) {

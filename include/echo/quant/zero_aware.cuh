@@ -28,9 +28,13 @@ struct zero_aware : group_contract<Bits, Group> {
     return detail::widen(w, z, z);
   }
 
-  ECHO_HD static uint32_t encode(float x, const group_params& p) {
+  ECHO_HD static float position(float x, const group_params& p) {
     using namespace echo::detail;
-    return biased_code(fma_rn(x, p.inv, p.bias), base::max_code);
+    return fma_rn(x, p.inv, p.bias);
+  }
+
+  ECHO_HD static uint32_t encode(float x, const group_params& p) {
+    return echo::detail::biased_code(position(x, p), base::max_code);
   }
 
   ECHO_HD static float decode(uint32_t c, const group_params& p) {
