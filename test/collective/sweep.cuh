@@ -103,6 +103,13 @@ void extreme_chain() {
   }
 }
 
+template <class Q, class C, class Transport>
+void extreme_chains() {
+  extreme_chain<Q, C, float, Transport>();
+  extreme_chain<Q, C, echo::half_t, Transport>();
+  extreme_chain<Q, C, echo::bfloat16_t, Transport>();
+}
+
 template <class Q, class Transport>
 void sweep_quantizer() {
   if (!runnable<Transport>()) return;
@@ -118,17 +125,11 @@ void sweep_quantizer() {
   sweep_one<Q, ef, float, Transport>();
   sweep_one<Q, ef16, echo::half_t, Transport>();
   sweep_one<Q, efs, echo::bfloat16_t, Transport>();
-  extreme_chain<Q, none, float, Transport>();
-  extreme_chain<Q, none, echo::half_t, Transport>();
-  extreme_chain<Q, none, echo::bfloat16_t, Transport>();
-  extreme_chain<Q, efs, float, Transport>();
-  extreme_chain<Q, efs, echo::half_t, Transport>();
-  extreme_chain<Q, efs, echo::bfloat16_t, Transport>();
+  extreme_chains<Q, none, Transport>();
+  extreme_chains<Q, efs, Transport>();
   // A bf16 state stores what keep lets through as it is (step8 reads a non-finite group's errors
   // back as 0 whatever they were), so these see a wrong finite-error shortcut.
-  extreme_chain<Q, ef16, float, Transport>();
-  extreme_chain<Q, ef16, echo::half_t, Transport>();
-  extreme_chain<Q, ef16, echo::bfloat16_t, Transport>();
+  extreme_chains<Q, ef16, Transport>();
 }
 
 }  // namespace echo_test
