@@ -150,7 +150,7 @@ using mid_policy_t = typename Policy::template mid_for<detail::weight_of<Q, Comp
 ///          Stateful calls take it too, where the dispatch table sends them wide (on 2 x H200:
 ///          never). Under the lean one their kernel does not spill and ran 6-8 % faster from
 ///          512 MiB, then 2.2x slower once the codec gained its clamp-free path (one GPU, fifteenth
-///          session; its code grew from 90 to 96 KB, the cause is not isolated);
+///          session: ptxas then split its output's 16-byte stores into 4-byte ones);
 ///   plain  1 block a SM of 8 warps, 8192 values a flag (16-bit 256 MiB: 0.96x -> 1.08x NCCL).
 using default_policy = pipeline_policy<256, 2, 4096, 16, 0,
                                        wide_by_call<pipeline_policy<256, 2, 16384, 32, 1>,
