@@ -142,9 +142,12 @@ using mid_policy_t = typename Policy::template mid_for<detail::weight_of<Q, Comp
 ///   heavy  8192 values a flag, for stateful calls too (4-bit + EF: 64 MiB 118 -> 94 us; 8-bit,
 ///          whose codec takes 16 values a lane, unchanged);
 /// from its wide size on, the stages overlapped (sixth and seventh sessions):
-///   lean   2 blocks a SM, 32 values a lane, 16384 values a flag (4-bit 1 GiB: 2.93x -> 3.07x);
+///   lean   2 blocks a SM, 32 values a lane, 16384 values a flag (4-bit 1 GiB: 2.93x -> 3.07x),
+///          asking L2 for its input one sub-tile ahead (4-bit 1 GiB: 1062 -> 1035 us on 2 x H200,
+///          sixteenth session; it had gained nothing before the clamp-free codec). ptxas spills
+///          one 8-byte value (8 / 24 B), outside the per-value work; the stores keep their widths;
 ///   heavy  3 blocks a SM, 8192 values a flag, asking L2 for its input one sub-tile ahead (2-3 %
-///          from 256 MiB; nothing for the lean calls, and the 16-bit pipeline 1 % slower). Its 80
+///          from 256 MiB; the 16-bit pipeline 1 % slower). Its 80
 ///          registers spill 20 / 36 B (8-bit); 2 blocks of 320 (96 registers) do not, and were 4-7 %
 ///          slower from 256 MiB (one GPU, fifteenth session): warps in flight beat the spills.
 ///          Stateful calls take it too, where the dispatch table sends them wide (on 2 x H200:
@@ -153,7 +156,7 @@ using mid_policy_t = typename Policy::template mid_for<detail::weight_of<Q, Comp
 ///          session: ptxas then split its output's 16-byte stores into 4-byte ones);
 ///   plain  1 block a SM of 8 warps, 8192 values a flag (16-bit 256 MiB: 0.96x -> 1.08x NCCL).
 using default_policy = pipeline_policy<256, 2, 4096, 16, 0,
-                                       wide_by_call<pipeline_policy<256, 2, 16384, 32, 1>,
+                                       wide_by_call<pipeline_policy<256, 2, 16384, 32, 1, void, 1>,
                                                     pipeline_policy<256, 3, 8192, 16, 1, void, 1>,
                                                     pipeline_policy<256, 1, 8192, 16, 1>>,
                                        0,
