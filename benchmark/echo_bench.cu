@@ -36,9 +36,10 @@
 //                      lane, f<values a flag>, lag2: stages two iterations apart, w<workspace MiB>;
 //                      the t<T>x<B> policies overlap the stages (lag 1) and cover 8192 values a
 //                      flag unless named l0: the default's phase schedule and 4096 a flag)
-//   echo_int4_pf1      the lean wide policy asking L2 for its input one sub-tile ahead
-//                      (pipeline_policy::prefetch), as the heavy one does; echo_int4_ef_t256x3:
-//                      the heavy one without it (the seventh session's other variants, of
+//   echo_int4_pf0      the lean wide policy without asking L2 for its input one sub-tile ahead
+//                      (pipeline_policy::prefetch; the default's asks since the sixteenth
+//                      session); echo_int4_pf2: two sub-tiles ahead; echo_int4_ef_t256x3: the
+//                      heavy one without it (the seventh session's other variants, of
 //                      prefetch, tile size and warps, are in commit 24cd9f8; docs/benchmarks.md)
 //   echo_*_narrow / echo_*_mid / echo_*_wide  the default policy's three tiers, each at every
 //                      size (the default runs the mid one from the dispatch table's mid_from size
@@ -149,7 +150,8 @@ const std::vector<variant_spec>& variants() {
       {"echo_int4_f4096", make_echo<za4, c0, true, ipc, policy<256, 2, 4096>>},
       {"echo_int4_f16384", make_echo<za4, c0, true, ipc, policy<256, 2, 16384>>},
       {"echo_int4_w16", make_echo<za4, c0, true, ipc, default_policy, 16>},
-      {"echo_int4_pf1", make_echo<za4, c0, true, ipc, prefetching<256, 2, 32, 1, 1, 16384>>},
+      {"echo_int4_pf0", make_echo<za4, c0, true, ipc, prefetching<256, 2, 32, 0, 1, 16384>>},
+      {"echo_int4_pf2", make_echo<za4, c0, true, ipc, prefetching<256, 2, 32, 2, 1, 16384>>},
       {"echo_int4_ef_t256x3", make_echo<za4, ef, true, ipc, policy<256, 3>>},
       {"echo_none_t256x3", make_echo<q16, c0, true, ipc, policy<256, 3>>},
   };
