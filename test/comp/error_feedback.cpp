@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
 #include <type_traits>
 
 using echo::bfloat16_t;
@@ -320,4 +321,57 @@ TEST_CASE("a call that starts a chain adds nothing to its input: -0 stays -0, as
   CHECK(!ch.continues());
   ar(ip, op, n, &ch);
   for (size_t k = 0; k < n; k += 3) REQUIRE(std::signbit(echo_test::widen(out[0][k])));
+}
+
+/// Whether a group whose statistics lo / hi land on Q's grid (tile_codec::on_grid's test).
+template <class Q>
+bool lands_on_grid(float lo, float hi, const echo::quant::group_params& p) {
+  return p.finite && Q::position(lo, p) >= echo::detail::code_magic &&
+         Q::position(hi, p) <= echo::detail::code_magic + static_cast<float>(Q::max_code);
+}
+
+TEST_CASE_TEMPLATE("step8_state / step4_state: a group quantized without clamping makes errors their codes hold unclamped (the device skips the clamp)",
+                   Q, echo::quant::zero_aware<4, 128>, echo::quant::symmetric<4, 32>, echo::quant::zero_aware<6, 64>,
+                   echo::quant::zero_aware<8, 128>, echo::quant::symmetric<8, 32>) {
+  // tile_stages::keep_errors' in_range: push's errors x - D(Q(x)) of such a group, at any bits;
+  // reduce's S - T(D(Q(S))) for T = float at any bits, for bf16 up to 6 bits (|D| <= max_code
+  // steps, rounded by at most 2^-8 of it). step8's codes hold +-127 units of step / 128, step4's
+  // +-7 of step / 8.
+  using s8 = comp::state_storage<comp::step8_state>;
+  using s4 = comp::state_storage<comp::step4_state>;
+  ECHO_TEST_RNG(rng);
+  echo_test::failure_counter fails;
+  size_t on_grid = 0, groups = 0;
+  double widest = 0.0;  // the largest |error| seen, in steps
+  std::vector<float> x(Q::group);
+  for (int g = 0; g < 20000; ++g) {
+    const float scale = rng.log_uniform(-12.0f, 12.0f);
+    const float mean = rng.coin(0.5) ? rng.normal(0.0f, scale * (rng.coin(0.5) ? 1.0f : 30.0f)) : 0.0f;
+    for (auto& v : x) v = mean + rng.normal(0.0f, scale);
+    if (rng.coin(0.2)) x[0] = -x[0] * 4.0f;  // a lone outlier
+    echo::quant::group_stats st = echo::quant::group_stats::empty();
+    for (float v : x) st.add(v);
+    const auto p = Q::unpack(Q::fit(st));
+    ++groups;
+    if (!lands_on_grid<Q>(st.lo, st.hi, p)) continue;
+    ++on_grid;
+    const auto p8 = s8::grid_of(p), p4 = s4::grid_of(p);
+    auto check = [&](float e, const char* what) {
+      if (p.scale > 0) widest = std::max(widest, std::fabs(static_cast<double>(e)) / p.scale);
+      const float t8 = s8::grid::position(e, p8), t4 = s4::grid::position(e, p4);
+      ECHO_EXPECT(fails, echo_test::bits_of(t8) == s8::grid::encode(e, p8) && echo_test::bits_of(t4) == s4::grid::encode(e, p4),
+                  std::string(what) << ": error " << e << " at step " << p.scale << " clamps (positions " << t8 << ", "
+                                    << t4 << ")");
+    };
+    for (float v : x) {
+      const float d = Q::decode(Q::encode(v, p), p);
+      check(echo::detail::sub_rn(v, d), "push, or reduce into float");  // float rounds nothing
+      using bf = echo::element_traits<bfloat16_t>;
+      if (Q::bits <= 6) check(echo::detail::sub_rn(v, bf::to_float(bf::from_float(d))), "reduce into bf16");
+    }
+  }
+  CAPTURE(on_grid);
+  CHECK(on_grid * 2 > groups);  // most groups land on the grid
+  CHECK(widest <= 0.75);        // the bound keep_errors' comment gives
+  CHECK(fails.failures == 0);
 }

@@ -74,14 +74,16 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
     quant::wire_params w;
   };
 
-  /// Quantize this lane's values (the first `valid` are present); dq receives D(Q(x)), and
-  /// `params` (if given) the group's widened parameters. Every lane of the warp calls it (a
-  /// group's statistics are reduced over its lanes with shuffles).
+  /// Quantize this lane's values (the first `valid` are present); dq receives D(Q(x)),
+  /// `params` (if given) the group's widened parameters, and `fits` (if given) whether this lane
+  /// took the clamp-free path: all V values present and every value of the group on the grid, so
+  /// |x - D(Q(x))| <= step / 2 for each. Every lane of the warp calls it (a group's statistics
+  /// are reduced over its lanes with shuffles).
   /// Per value: min, max, then the policy's encode (an fma and a clamp) and a shift-or into the
   /// words; what the tail needs (absent values out of the statistics, their codes zeroed) is
   /// done apart, so a full lane tests nothing per value.
   __device__ __forceinline__ static packed quantize(const float (&x)[V], int valid, float (&dq)[V],
-                                                    quant::group_params* params = nullptr) {
+                                                    quant::group_params* params = nullptr, bool* fits = nullptr) {
     float lo = INFINITY, hi = -INFINITY;
     if (valid == V) {
 #pragma unroll
@@ -104,7 +106,9 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
     if (params) *params = p;
 #pragma unroll
     for (int k = 0; k < WORDS; ++k) r.words[k] = 0;
-    if (valid == V && on_grid(lo, hi, p)) {
+    const bool clamp_free = valid == V && on_grid(lo, hi, p);
+    if (fits) *fits = clamp_free;
+    if (clamp_free) {
       // Every value of the group lands on the grid, so encode's clamp would return its position
       // unchanged: the same codes, two operations a value fewer.
 #pragma unroll
@@ -171,7 +175,8 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<!Q::quantizes>> {
     float v[V];
   };
   __device__ __forceinline__ static packed quantize(const float (&x)[V], int, float (&dq)[V],
-                                                    quant::group_params* = nullptr) {
+                                                    quant::group_params* = nullptr, bool* fits = nullptr) {
+    if (fits) *fits = false;  // no grid: the storage fits a step to its own errors
     packed r;
 #pragma unroll
     for (int i = 0; i < V; ++i) r.v[i] = dq[i] = element_traits<T>::to_float(element_traits<T>::from_float(x[i]));

@@ -96,19 +96,35 @@ struct tile_stages {
   /// not bfloat16_t's or float's.
   static constexpr bool rounds_finite = !std::is_same<T, half_t>::value;
 
+  /// Whether the own segment's errors S - T(D(Q(S))) of a group quantized without clamping stay
+  /// within 0.75 of its step, so a storage in units of the data step codes them without its clamp
+  /// (push's errors, x' - D(Q(x')), are at most half a step for any grid). T's rounding adds at
+  /// most |D| * 2^-8 for bf16 (none for float), and |D| <= max_code steps on a grid that holds
+  /// zero: at most 63 / 256 = 0.25 steps up to 6 bits. half is left out: T(D) may overflow.
+  /// (by_data_step first: only a data-step storage takes the hint, and only quantizers have bits
+  /// of a grid.)
+  static constexpr bool reduce_errors_in_range =
+      by_data_step && (std::is_same<T, float>::value || (std::is_same<T, bfloat16_t>::value && Cfg::quant::bits <= 6));
+  /// Push takes the same hint, but not for half inputs, where it made ptxas spill the mid 4-bit
+  /// kernel (0 -> 32 / 36 B) and the reduce takes none.
+  static constexpr bool push_errors_in_range = by_data_step && !std::is_same<T, half_t>::value;
+
   /// Store what the chain keeps for the errors e that quantizing with r (group parameters p)
   /// made (every lane calls it). A storage in units of the data step (by_data_step) gets the
   /// data group's step from them (the codec's own, not recomputed: a second 1 / s per lane cost
   /// the heavy policy registers it spilled, docs/benchmarks.md). `finite`: every e is known to be
   /// finite, so Comp::keep (the identity on finite errors) is skipped: two operations a value.
+  /// `in_range`: every |e| is known to be at most 0.75 data steps (a lane the codec quantized
+  /// without clamping, under the bounds above), so the data-step storage skips its own clamp.
   __device__ __forceinline__ static void keep_errors(const state_ref& st, size_t first, int valid, float (&e)[V],
-                                                     const packed& r, const quant::group_params& p, bool finite) {
+                                                     const packed& r, const quant::group_params& p, bool finite,
+                                                     bool in_range) {
     if (!finite) {
 #pragma unroll
       for (int i = 0; i < V; ++i) e[i] = Comp::keep(e[i]);
     }
     if constexpr (by_data_step)
-      storage::template store<V>(st.data, st.n, first, valid, e, r.w, p);
+      storage::template store<V>(st.data, st.n, first, valid, e, r.w, p, in_range);
     else
       storage::template store<V>(st.data, st.n, first, valid, e);
   }
@@ -120,14 +136,15 @@ struct tile_stages {
     float x[V], dq[V];
     entry(o, st, x);
     quant::group_params p{};
-    const packed r = codec::quantize(x, valid, dq, &p);
+    bool fits = false;
+    const packed r = codec::quantize(x, valid, dq, &p, push_errors_in_range ? &fits : nullptr);
     if constexpr (keeps) {
       if (store_error) {
 #pragma unroll
         for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
         // A finite group's x' and D(Q(x')) are finite, and so is their difference (|D(Q(x'))| is
         // below 2^8 * 65504 * 2, far below half an ulp of FLT_MAX).
-        keep_errors(st, first, valid, dq, r, p, p.finite);
+        keep_errors(st, first, valid, dq, r, p, p.finite, push_errors_in_range && fits);
       }
     }
     return r;
@@ -154,13 +171,14 @@ struct tile_stages {
     }
     float dq[V];
     quant::group_params p{};
-    const packed r = codec::quantize(acc, valid, dq, &p);
+    bool fits = false;
+    const packed r = codec::quantize(acc, valid, dq, &p, keeps && reduce_errors_in_range ? &fits : nullptr);
     echo::detail::store_floats<T, V>(out + first, valid, dq);
     if constexpr (keeps) {
 #pragma unroll
       for (int v = 0; v < V; ++v)
         dq[v] = echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v])));
-      keep_errors(st, first, valid, dq, r, p, rounds_finite && p.finite);
+      keep_errors(st, first, valid, dq, r, p, rounds_finite && p.finite, reduce_errors_in_range && fits);
     }
     return r;
   }
