@@ -106,11 +106,10 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
     if (params) *params = p;
 #pragma unroll
     for (int k = 0; k < WORDS; ++k) r.words[k] = 0;
-    const bool clamp_free = valid == V && on_grid(lo, hi, p);
-    if (fits) *fits = clamp_free;
-    if (clamp_free) {
+    if (valid == V && on_grid(lo, hi, p)) {
       // Every value of the group lands on the grid, so encode's clamp would return its position
       // unchanged: the same codes, two operations a value fewer.
+      if (fits) *fits = true;
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         const uint32_t q = __float_as_uint(Q::position(x[i], p));
@@ -119,6 +118,7 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
       }
       return r;
     }
+    if (fits) *fits = false;
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const uint32_t q = Q::encode(x[i], p);  // a non-finite group codes to 0 (quant::detail::widen)
