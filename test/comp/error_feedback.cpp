@@ -331,7 +331,8 @@ bool lands_on_grid(float lo, float hi, const echo::quant::group_params& p) {
 }
 
 TEST_CASE_TEMPLATE("step8_state / step4_state: a group quantized without clamping makes errors their codes hold unclamped (the device skips the clamp)",
-                   Q, echo::quant::zero_aware<4, 128>, echo::quant::symmetric<4, 32>, echo::quant::zero_aware<6, 64>,
+                   Q, echo::quant::zero_aware<2, 32>, echo::quant::zero_aware<3, 64>, echo::quant::zero_aware<4, 128>,
+                   echo::quant::symmetric<4, 32>, echo::quant::zero_aware<6, 64>, echo::quant::symmetric<6, 32>,
                    echo::quant::zero_aware<8, 128>, echo::quant::symmetric<8, 32>) {
   // tile_stages::keep_errors' in_range: push's errors x - D(Q(x)) of such a group, at any bits;
   // reduce's S - T(D(Q(S))) for T = float at any bits, for bf16 up to 6 bits (|D| <= max_code
@@ -373,5 +374,60 @@ TEST_CASE_TEMPLATE("step8_state / step4_state: a group quantized without clampin
   CAPTURE(on_grid);
   CHECK(on_grid * 2 > groups);  // most groups land on the grid
   CHECK(widest <= 0.75);        // the bound keep_errors' comment gives
+  CHECK(fails.failures == 0);
+}
+
+TEST_CASE_TEMPLATE("step8_state / step4_state: the on-grid errors' bound at the edges of the end codes, over fp16 steps", Q,
+                   echo::quant::zero_aware<4, 128>, echo::quant::zero_aware<6, 64>, echo::quant::symmetric<6, 32>) {
+  // The largest errors come from the end codes (|D| largest, so bf16 rounds most) and a value at
+  // the edge of its code's cell (half a step off). For every third fp16 step (subnormal to
+  // 65504), zero points at both ends, the end codes, both edges of each cell: the value farthest
+  // from the code's centre that still encodes to it, and its errors into float and bf16.
+  using s8 = comp::state_storage<comp::step8_state>;
+  using s4 = comp::state_storage<comp::step4_state>;
+  using bf = echo::element_traits<bfloat16_t>;
+  constexpr int top = static_cast<int>(Q::max_code);
+  echo_test::failure_counter fails;
+  double widest = 0.0;
+  size_t checked = 0;
+  for (uint32_t h = 0; h < 0x7C00u; h += 3) {
+    const float zs[] = {0.0f, static_cast<float>(top)};
+    for (float zf : zs) {
+      const auto w = std::is_same<Q, echo::quant::symmetric<Q::bits, Q::group>>::value
+                         ? echo::quant::wire_params{static_cast<uint16_t>(h), 0}
+                         : echo::quant::wire_params{static_cast<uint16_t>(h), echo::detail::float_to_half_bits(zf)};
+      const auto p = Q::unpack(w);
+      const double z = static_cast<double>(p.bias) - echo::detail::code_magic;
+      for (int q : {0, 1, top - 1, top}) {
+        for (int side : {-1, 1}) {
+          const uint32_t code = echo::detail::biased(static_cast<uint32_t>(q));
+          float x = static_cast<float>((q - z + 0.5 * side) * p.scale), toward = side > 0 ? -INFINITY : INFINITY;
+          int steps = 0;
+          while (Q::encode(x, p) != code && ++steps < 64) x = std::nextafter(x, toward);  // into the cell
+          if (Q::encode(x, p) != code) continue;  // a step so small the cell holds no float near there
+          for (float y = std::nextafter(x, -toward); Q::encode(y, p) == code && std::isfinite(y) && ++steps < 128;
+               y = std::nextafter(y, -toward))
+            x = y;  // out to the cell's edge
+          const float t = Q::position(x, p);
+          if (!(t >= echo::detail::code_magic && t <= echo::detail::code_magic + static_cast<float>(top))) continue;
+          const float d = Q::decode(Q::encode(x, p), p);
+          const float es[] = {echo::detail::sub_rn(x, d), echo::detail::sub_rn(x, bf::to_float(bf::from_float(d)))};
+          for (float e : es) {
+            ++checked;
+            if (p.scale > 0) widest = std::max(widest, std::fabs(static_cast<double>(e)) / p.scale);
+            const auto p8 = s8::grid_of(p), p4 = s4::grid_of(p);
+            ECHO_EXPECT(fails,
+                        echo_test::bits_of(s8::grid::position(e, p8)) == s8::grid::encode(e, p8) &&
+                            echo_test::bits_of(s4::grid::position(e, p4)) == s4::grid::encode(e, p4),
+                        "step bits " << h << ", zero point " << z << ", code " << q << ": x " << x << ", error " << e
+                                     << " clamps");
+          }
+        }
+      }
+    }
+  }
+  CAPTURE(checked);
+  CHECK(checked > 50000);
+  CHECK(widest <= 0.75);
   CHECK(fails.failures == 0);
 }

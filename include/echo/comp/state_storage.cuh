@@ -308,8 +308,8 @@ struct state_storage<step_state<Bits>> : detail::coded_layout<Bits> {
     layout::write(data, n, first, valid, e, grid_of_bits(step), step);
   }
   /// A quantized call: w and p are the wire and widened parameters of the lane's data group.
-  /// `in_range`: every |e[i]| is known to be at most 0.75 steps (within the codes' +-0.99), so
-  /// none clamps (tile_stages::keep_errors says when).
+  /// `in_range`: every |e[i]| is known to be at most 0.75 steps (within the codes' +-0.99 for
+  /// step8, +-0.875 for step4), so none clamps (tile_stages::keep_errors says when).
   template <int V>
   __device__ __forceinline__ static void store(unsigned char* data, size_t n, size_t first, int valid, const float (&e)[V],
                                                const quant::wire_params& w, const quant::group_params& p,
