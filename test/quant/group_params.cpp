@@ -1,11 +1,14 @@
 // quant/group_params.cuh: group statistics, the fp16 scale rule, and the supported configurations.
 #include <echo/quant/group_params.cuh>
-#include <echo/quant/zero_aware.cuh>
+#include <echo/quant/naive_zero_point.cuh>
 #include <echo/quant/none.cuh>
+#include <echo/quant/symmetric.cuh>
+#include <echo/quant/zero_aware.cuh>
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 
@@ -87,4 +90,47 @@ TEST_CASE("unpack widens the wire parameters: scale, 1/scale rounded, finiteness
   const eq::group_params nf = Q::unpack(eq::detail::non_finite_params);
   CHECK_FALSE(nf.finite);
   CHECK(std::isnan(nf.scale));
+}
+
+namespace {
+
+/// What affine_decode promises, for every fp16 scale (0, subnormal, normal, the largest, NaN),
+/// every wire zero point the policy can send and every 4-bit code: decode(c) is exactly
+/// f (256 s) - (128 + z) s with f = 0.5 + q / 256 and z = bias - code_magic an integer in
+/// [0, max_code], as tile_codec::load computes it on the device in one fma. A scale of 0 is
+/// compared as a number (the fma gives +0 where q < z would give -0; no encode makes such a code).
+template <class Q>
+void check_affine_decode(std::initializer_list<uint16_t> zero_points) {
+  static_assert(Q::affine_decode && Q::bits == 4, "");
+  CAPTURE(Q::name);
+  size_t wrong = 0;
+  for (uint16_t p1 : zero_points) {
+    for (uint32_t sb = 0; sb <= 0x7C00u; ++sb) {
+      const uint16_t s_bits = sb == 0x7C00u ? echo::detail::half_nan : static_cast<uint16_t>(sb);
+      const eq::group_params p = Q::unpack({s_bits, p1});
+      const float z = p.bias - echo::detail::code_magic;
+      const bool nan = s_bits == echo::detail::half_nan;
+      if (!nan && !(z == std::floor(z) && z >= 0.0f && z <= static_cast<float>(Q::max_code))) ++wrong;
+      const float s256 = p.scale * 256.0f, c = (z + 128.0f) * p.scale;
+      for (uint32_t q = 0; q <= Q::max_code; ++q) {
+        const float want = Q::decode(echo::detail::biased(q), p);
+        const float got = std::fma(0.5f + static_cast<float>(q) / 256.0f, s256, -c);
+        const bool ok = nan ? std::isnan(got) && std::isnan(want)
+                            : p.scale == 0.0f ? got == want : std::memcmp(&got, &want, 4) == 0;
+        if (!ok && wrong++ < 5) MESSAGE("s bits " << s_bits << ", p1 " << p1 << ", q " << q << ": " << got << " against " << want);
+      }
+    }
+  }
+  CHECK(wrong == 0);
+}
+
+}  // namespace
+
+TEST_CASE("affine_decode: the one-fma decode of 4-bit codes is exact for every scale, zero point and code") {
+  std::initializer_list<uint16_t> zs = {0x0000, 0x3C00, 0x4000, 0x4200, 0x4400, 0x4500, 0x4600, 0x4700,
+                                        0x4800, 0x4880, 0x4900, 0x4980, 0x4A00, 0x4A80, 0x4B00, 0x4B80};  // 0 .. 15
+  check_affine_decode<eq::zero_aware<4, 128>>(zs);
+  check_affine_decode<eq::zero_aware<4, 32>>(zs);
+  check_affine_decode<eq::symmetric<4, 128>>({0});
+  static_assert(!eq::naive_zero_point<4, 128>::affine_decode, "naive_zero_point decodes offset + q s");
 }

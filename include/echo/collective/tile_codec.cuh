@@ -42,6 +42,37 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
 #endif
 }
 
+/// The same for each 16-bit half of a pair of bf16 or fp16 values (sm_80 and later): a lane's
+/// statistics in one operation per two values, on values widened exactly to fp32 afterwards.
+template <class T>
+__device__ __forceinline__ uint32_t pair_min_nan(uint32_t a, uint32_t b) {
+  uint32_t r;
+  if constexpr (std::is_same<T, bfloat16_t>::value)
+    asm("min.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  else
+    asm("min.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+template <class T>
+__device__ __forceinline__ uint32_t pair_max_nan(uint32_t a, uint32_t b) {
+  uint32_t r;
+  if constexpr (std::is_same<T, bfloat16_t>::value)
+    asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  else
+    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
+/// Folds w[0..N) with op as a balanced tree (a chain would serialise N - 1 dependent operations).
+template <int N, class Op>
+__device__ __forceinline__ uint32_t fold_tree(const uint32_t* w, Op op) {
+  if constexpr (N == 1) {
+    return w[0];
+  } else {
+    return op(fold_tree<N / 2>(w, op), fold_tree<N - N / 2>(w + N / 2, op));
+  }
+}
+
 }  // namespace detail
 
 template <class Q, class T, int LaneValues, class = void>
@@ -74,6 +105,48 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
     quant::wire_params w;
   };
 
+  /// A lane's statistics: NaN-propagating min and max of its present values (+Inf and -Inf for
+  /// a lane with none).
+  struct lane_range {
+    float lo, hi;
+  };
+
+  __device__ __forceinline__ static lane_range range(const float (&x)[V], int valid) {
+    lane_range r{INFINITY, -INFINITY};
+    if (valid == V) {
+#pragma unroll
+      for (int i = 0; i < V; ++i) r.lo = detail::fmin_nan(r.lo, x[i]), r.hi = detail::fmax_nan(r.hi, x[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (i < valid) r.lo = detail::fmin_nan(r.lo, x[i]), r.hi = detail::fmax_nan(r.hi, x[i]);
+    }
+    return r;
+  }
+
+  /// The same from the values as loaded (x: the same values widened): a full lane of bf16 or
+  /// fp16 takes them two at a time, in their own type (exact: a min of two values is one of
+  /// them, and widening is exact and monotonic), so its statistics cost one operation per two
+  /// values instead of one per value; other lanes and types take range(x).
+  __device__ __forceinline__ static lane_range range(const echo::detail::raw_run<T, V>& raw, const float (&x)[V],
+                                                     int valid) {
+#if __CUDA_ARCH__ >= 800
+    if constexpr (sizeof(T) == 2 && (std::is_same<T, bfloat16_t>::value || std::is_same<T, half_t>::value)) {
+      if (valid == V) {
+        constexpr int N = V / 2;
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(raw.w);
+        const uint32_t mn = detail::fold_tree<N>(w, [](uint32_t a, uint32_t b) { return detail::pair_min_nan<T>(a, b); });
+        const uint32_t mx = detail::fold_tree<N>(w, [](uint32_t a, uint32_t b) { return detail::pair_max_nan<T>(a, b); });
+        const auto widen = [](uint32_t pair, int half) {
+          return element_traits<T>::to_float(T{static_cast<uint16_t>(half ? pair >> 16 : pair & 0xFFFFu)});
+        };
+        return {detail::fmin_nan(widen(mn, 0), widen(mn, 1)), detail::fmax_nan(widen(mx, 0), widen(mx, 1))};
+      }
+    }
+#endif
+    return range(x, valid);
+  }
+
   /// Quantize this lane's values (the first `valid` are present); dq receives D(Q(x)),
   /// `params` (if given) the group's widened parameters, and `fits` (if given) whether this lane
   /// took the clamp-free path: all V values present and every value of the group on the grid, so
@@ -84,15 +157,13 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
   /// done apart, so a full lane tests nothing per value.
   __device__ __forceinline__ static packed quantize(const float (&x)[V], int valid, float (&dq)[V],
                                                     quant::group_params* params = nullptr, bool* fits = nullptr) {
-    float lo = INFINITY, hi = -INFINITY;
-    if (valid == V) {
-#pragma unroll
-      for (int i = 0; i < V; ++i) lo = detail::fmin_nan(lo, x[i]), hi = detail::fmax_nan(hi, x[i]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < V; ++i)
-        if (i < valid) lo = detail::fmin_nan(lo, x[i]), hi = detail::fmax_nan(hi, x[i]);
-    }
+    return quantize(range(x, valid), x, valid, dq, params, fits);
+  }
+
+  /// The same with the lane's statistics already taken (range).
+  __device__ __forceinline__ static packed quantize(lane_range lr, const float (&x)[V], int valid, float (&dq)[V],
+                                                    quant::group_params* params = nullptr, bool* fits = nullptr) {
+    float lo = lr.lo, hi = lr.hi;
 #pragma unroll
     for (int off = 1; off < LANES; off <<= 1) {
       lo = detail::fmin_nan(lo, __shfl_xor_sync(0xffffffffu, lo, off));
@@ -110,21 +181,23 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
       // Every value of the group lands on the grid, so encode's clamp would return its position
       // unchanged: the same codes, two operations a value fewer.
       if (fits) *fits = true;
+      uint32_t q[V];
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        const uint32_t q = __float_as_uint(Q::position(x[i], p));
-        pk::put_code(r.words, i, q);
-        dq[i] = Q::decode(q, p);
+        q[i] = __float_as_uint(Q::position(x[i], p));
+        dq[i] = Q::decode(q[i], p);
       }
+      pk::put_codes(r.words, q);
       return r;
     }
     if (fits) *fits = false;
+    uint32_t q[V];
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-      const uint32_t q = Q::encode(x[i], p);  // a non-finite group codes to 0 (quant::detail::widen)
-      pk::put_code(r.words, i, q);
-      dq[i] = Q::decode(q, p);
+      q[i] = Q::encode(x[i], p);  // a non-finite group codes to 0 (quant::detail::widen)
+      dq[i] = Q::decode(q[i], p);
     }
+    pk::put_codes(r.words, q);
     if (valid < V) {  // padding codes are 0, as the reference writes them
 #pragma unroll
       for (int k = 0; k < WORDS; ++k) {
@@ -160,8 +233,24 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
     const uint32_t raw = cub::ThreadLoad<cub::LOAD_CG>(
         reinterpret_cast<uint32_t*>(const_cast<unsigned char*>(packet) + pk::param_offset(32 / LANES, g)));
     const quant::group_params p = Q::unpack({static_cast<uint16_t>(raw & 0xFFFFu), static_cast<uint16_t>(raw >> 16)});
+    if constexpr (Q::affine_decode && bits == 4) {
+      // (q - z) s with z = bias - code_magic, from f = 0.5 + q / 256: f (256 s) - (128 + z) s. The
+      // policy's two roundings are exact ((q - z) s has at most 4 + 11 bits, s being an fp16
+      // value), and so are 256 s and (128 + z) s (8 + 11 bits), so one fma rounds the exact
+      // (q - z) s as well: the same bits, one operation a value instead of two. (A zero comes out
+      // +0 either way; only a scale of 0 with q != z, which no encode makes, would differ.)
+      float f[V];
+      pk::get_codes_unit(words, f);
+      const float s256 = echo::detail::mul_rn(p.scale, 256.0f);
+      const float c = echo::detail::mul_rn(echo::detail::add_rn(echo::detail::sub_rn(p.bias, echo::detail::code_magic), 128.0f), p.scale);
 #pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = Q::decode(pk::get_code(words, i), p);
+      for (int i = 0; i < V; ++i) v[i] = echo::detail::fma_rn(f[i], s256, -c);
+    } else {
+      uint32_t c[V];
+      pk::get_codes(words, c);
+#pragma unroll
+      for (int i = 0; i < V; ++i) v[i] = Q::decode(c[i], p);
+    }
   }
 };
 

@@ -137,7 +137,12 @@ struct tile_stages {
     entry(o, st, x);
     quant::group_params p{};
     bool fits = false;
-    const packed r = codec::quantize(x, valid, dq, &p, push_errors_in_range ? &fits : nullptr);
+    packed r;
+    if constexpr (!keeps && Cfg::quant::quantizes) {
+      r = codec::quantize(codec::range(o.x, x, valid), x, valid, dq, &p);  // x' = x: statistics as loaded
+    } else {
+      r = codec::quantize(x, valid, dq, &p, push_errors_in_range ? &fits : nullptr);
+    }
     if constexpr (keeps) {
       if (store_error) {
 #pragma unroll

@@ -85,6 +85,10 @@ constexpr bool supported_group(int g) { return g == 32 || g == 64 || g == 128 ||
 ///   decode(code, group_params) -> float    from a biased code
 /// (detail::biased_code, detail::biased_float: the clamp's result is the biased code, and decode
 /// starts from it, so neither spends an operation a value on the bias.)
+/// A policy whose decode is exactly mul_rn(sub_rn(biased_float(c), p.bias), p.scale), with
+/// p.bias - code_magic the integer code of zero in [0, max_code] and p.scale an fp16 value (or
+/// NaN), sets affine_decode: a codec may then decode it by any exact rearrangement
+/// (collective::tile_codec::load does, for 4-bit codes).
 template <int Bits, int Group>
 struct group_contract {
   static_assert(detail::supported_bits(Bits), "echo::quant: Bits must be one of 2, 3, 4, 6, 8");
@@ -96,6 +100,7 @@ struct group_contract {
   /// comp::step_state relies on to keep the error of rounding the output in units of the data
   /// step; without it, step_state fits a step to the errors themselves).
   static constexpr bool holds_zero = true;
+  static constexpr bool affine_decode = false;
   static constexpr uint32_t max_code = (1u << Bits) - 1u;
   /// Bytes of packed codes per group (g * b is a multiple of 32 for every supported pair).
   static constexpr size_t code_bytes = static_cast<size_t>(Group) * Bits / 8;
