@@ -145,22 +145,22 @@ struct coded_layout {
     echo::detail::prefetch_l2(data + first * Bits / 8, static_cast<uint32_t>(count * Bits / 8) & ~15u);
   }
 
-  /// Codes of e on grid p in quant::packet's order (a byte permute a value for 8 bits, an
-  /// and-or for 4), written for the `valid` present values; the lane that starts a group of 32
-  /// writes its step. A full lane tests nothing per value. `in_range`: the caller knows every
+  /// Codes of e on grid p in quant::packet's order (quant::packet::put_codes: byte permutes),
+  /// written for the `valid` present values; the lane that starts a group of 32 writes its step. A full lane tests nothing per value. `in_range`: the caller knows every
   /// e[i] encodes without clamping (each position within the codes), so the clamp, the identity
   /// then, is skipped: the same codes, two operations a value fewer.
   template <int V>
   __device__ __forceinline__ static void write(unsigned char* data, size_t n, size_t first, int valid, const float (&e)[V],
                                                const quant::group_params& p, uint16_t step, bool in_range = false) {
-    uint32_t words[V * Bits / 32] = {};
+    uint32_t words[V * Bits / 32] = {}, c[V];
     if (in_range) {
 #pragma unroll
-      for (int i = 0; i < V; ++i) codes::put_code(words, i, __float_as_uint(grid::position(e[i], p)));
+      for (int i = 0; i < V; ++i) c[i] = __float_as_uint(grid::position(e[i], p));
     } else {
 #pragma unroll
-      for (int i = 0; i < V; ++i) codes::put_code(words, i, grid::encode(e[i], p));
+      for (int i = 0; i < V; ++i) c[i] = grid::encode(e[i], p);
     }
+    codes::put_codes(words, c);
     if (valid <= 0) return;
     unsigned char* at = data + first * Bits / 8;
     if (valid == V) {

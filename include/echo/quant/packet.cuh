@@ -69,8 +69,8 @@ struct packet {
   }
 
   /// put_code for codes 0..N-1 (words zeroed). On the device, 4-bit codes go 8 to a word in 7
-  /// operations instead of two each: a shift-add pairs two codes in a low byte, and byte
-  /// permutes gather four of those. The device path needs biased codes in range (code_magic_bits
+  /// operations instead of two each (a shift-add pairs two codes in a low byte, and byte
+  /// permutes gather four of those), 8-bit codes 4 to a word in 3 byte permutes. The device path needs biased codes in range (code_magic_bits
   /// | q, q <= max_code: what encode returns, and position on the grid), as the codecs give it.
   template <int N>
   ECHO_HD static void put_codes(uint32_t* words, const uint32_t (&c)[N]) {
@@ -83,6 +83,11 @@ struct packet {
         for (int k = 0; k < 4; ++k) u[k] = (c[8 * w + 2 * k + 1] << 4) + c[8 * w + 2 * k];
         words[w] = __byte_perm(__byte_perm(u[0], u[1], 0x0040u), __byte_perm(u[2], u[3], 0x0040u), 0x5410u);
       }
+    } else if constexpr (bits == 8 && N % 4 == 0) {  // 3 byte permutes a word instead of 4
+#pragma unroll
+      for (int w = 0; w < N / 4; ++w)
+        words[w] = __byte_perm(__byte_perm(c[4 * w], c[4 * w + 1], 0x0040u), __byte_perm(c[4 * w + 2], c[4 * w + 3], 0x0040u),
+                               0x5410u);
     } else
 #endif
     {
