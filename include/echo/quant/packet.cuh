@@ -91,7 +91,9 @@ struct packet {
     } else
 #endif
     {
+#if ECHO_DEVICE_COMPILE
 #pragma unroll
+#endif
       for (int i = 0; i < N; ++i) put_code(words, i, c[i]);
     }
   }
@@ -115,7 +117,9 @@ struct packet {
     } else
 #endif
     {
+#if ECHO_DEVICE_COMPILE
 #pragma unroll
+#endif
       for (int i = 0; i < N; ++i) c[i] = get_code(words, i);
     }
   }
