@@ -60,6 +60,23 @@ __device__ __forceinline__ void widen(const raw_run<T, V>& r, float (&v)[V]) {
   for (int i = 0; i < V; ++i) v[i] = element_traits<T>::to_float(e[i]);
 }
 
+/// widen, bf16 taken from the 32-bit word of each pair: one operation a value, where through
+/// 16-bit elements ptxas spends two on every second one; the words stay live longer, which costs
+/// registers (collective::tile_stages::widen_words says where it pays).
+template <class T, int V>
+__device__ __forceinline__ void widen_pairs(const raw_run<T, V>& r, float (&v)[V]) {
+  if constexpr (std::is_same<T, bfloat16_t>::value) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(r.w);
+#pragma unroll
+    for (int i = 0; i < V / 2; ++i) {
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+  } else {
+    widen(r, v);
+  }
+}
+
 template <class T, int V, cub::CacheLoadModifier M = cub::LOAD_DEFAULT>
 __device__ __forceinline__ void load_floats(const T* p, int valid, float (&v)[V]) {
   widen(load_raw<T, V, M>(p, valid), v);
