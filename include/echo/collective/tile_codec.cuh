@@ -13,6 +13,7 @@
 #include "../detail/vector_io.cuh"
 #include "../quant/packet.cuh"
 
+#include <cstring>
 #include <type_traits>
 
 namespace echo::collective {
@@ -42,25 +43,20 @@ __device__ __forceinline__ float fmax_nan(float a, float b) {
 #endif
 }
 
-/// The same for each 16-bit half of a pair of bf16 or fp16 values (sm_80 and later): a lane's
-/// statistics in one operation per two values, on values widened exactly to fp32 afterwards.
-template <class T>
-__device__ __forceinline__ uint32_t pair_min_nan(uint32_t a, uint32_t b) {
-  uint32_t r;
-  if constexpr (std::is_same<T, bfloat16_t>::value)
-    asm("min.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-  else
-    asm("min.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-  return r;
-}
-template <class T>
-__device__ __forceinline__ uint32_t pair_max_nan(uint32_t a, uint32_t b) {
-  uint32_t r;
-  if constexpr (std::is_same<T, bfloat16_t>::value)
-    asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-  else
-    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-  return r;
+/// The same for each 16-bit half of a pair of bf16 or fp16 values (sm_80 and later; Max: max,
+/// else min): a lane's statistics in one operation per two values, on values widened exactly to
+/// fp32 afterwards.
+template <class T, bool Max>
+__device__ __forceinline__ uint32_t pair_extreme_nan(uint32_t a, uint32_t b) {
+  using pair = std::conditional_t<std::is_same<T, bfloat16_t>::value, __nv_bfloat162, __half2>;
+  static_assert(sizeof(pair) == 4, "two 16-bit values");
+  pair x, y, r;
+  memcpy(&x, &a, 4);
+  memcpy(&y, &b, 4);
+  r = Max ? __hmax2_nan(x, y) : __hmin2_nan(x, y);
+  uint32_t u;
+  memcpy(&u, &r, 4);
+  return u;
 }
 
 /// Folds w[0..N) with op as a balanced tree (a chain would serialise N - 1 dependent operations).
@@ -135,8 +131,8 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
       if (valid == V) {
         constexpr int N = V / 2;
         const uint32_t* w = reinterpret_cast<const uint32_t*>(raw.w);
-        const uint32_t mn = detail::fold_tree<N>(w, [](uint32_t a, uint32_t b) { return detail::pair_min_nan<T>(a, b); });
-        const uint32_t mx = detail::fold_tree<N>(w, [](uint32_t a, uint32_t b) { return detail::pair_max_nan<T>(a, b); });
+        const uint32_t mn = detail::fold_tree<N>(w, [](uint32_t a, uint32_t b) { return detail::pair_extreme_nan<T, false>(a, b); });
+        const uint32_t mx = detail::fold_tree<N>(w, [](uint32_t a, uint32_t b) { return detail::pair_extreme_nan<T, true>(a, b); });
         const auto widen = [](uint32_t pair, int half) {
           return element_traits<T>::to_float(T{static_cast<uint16_t>(half ? pair >> 16 : pair & 0xFFFFu)});
         };
