@@ -151,29 +151,12 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
   /// Per value: min, max, then the policy's encode (an fma and a clamp) and a shift-or into the
   /// words; what the tail needs (absent values out of the statistics, their codes zeroed) is
   /// done apart, so a full lane tests nothing per value.
-  /// With Errors, dq receives the errors x - D(Q(x)) instead (out_of).
-  template <bool Errors = false>
   __device__ __forceinline__ static packed quantize(const float (&x)[V], int valid, float (&dq)[V],
                                                     quant::group_params* params = nullptr, bool* fits = nullptr) {
-    return quantize<Errors>(range(x, valid), x, valid, dq, params, fits);
-  }
-
-  /// D(Q(x)) for x's code q, or with Errors x - D(Q(x)). Under an affine decode D = (q - z) s is
-  /// exact (at most 8 + 11 significant bits), so fma(c - bias, -s, x) rounds x - D once, as
-  /// sub_rn(x, D) does: the same bits, zeros' signs included ((q - z) (-s) is -0 where D is +0),
-  /// in two operations instead of three.
-  template <bool Errors>
-  __device__ __forceinline__ static float out_of(uint32_t q, float x, const quant::group_params& p) {
-    if constexpr (!Errors)
-      return Q::decode(q, p);
-    else if constexpr (Q::affine_decode)
-      return echo::detail::fma_rn(echo::detail::sub_rn(echo::detail::biased_float(q), p.bias), -p.scale, x);
-    else
-      return echo::detail::sub_rn(x, Q::decode(q, p));
+    return quantize(range(x, valid), x, valid, dq, params, fits);
   }
 
   /// The same with the lane's statistics already taken (range).
-  template <bool Errors = false>
   __device__ __forceinline__ static packed quantize(lane_range lr, const float (&x)[V], int valid, float (&dq)[V],
                                                     quant::group_params* params = nullptr, bool* fits = nullptr) {
     float lo = lr.lo, hi = lr.hi;
@@ -198,7 +181,7 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
 #pragma unroll
       for (int i = 0; i < V; ++i) {
         q[i] = __float_as_uint(Q::position(x[i], p));
-        dq[i] = out_of<Errors>(q[i], x[i], p);
+        dq[i] = Q::decode(q[i], p);
       }
       pk::put_codes(r.words, q);
       return r;
@@ -208,7 +191,7 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       q[i] = Q::encode(x[i], p);  // a non-finite group codes to 0 (quant::detail::widen)
-      dq[i] = out_of<Errors>(q[i], x[i], p);
+      dq[i] = Q::decode(q[i], p);
     }
     pk::put_codes(r.words, q);
     if (valid < V) {  // padding codes are 0, as the reference writes them
@@ -276,16 +259,12 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<!Q::quantizes>> {
   struct packed {
     float v[V];
   };
-  template <bool Errors = false>
   __device__ __forceinline__ static packed quantize(const float (&x)[V], int, float (&dq)[V],
                                                     quant::group_params* = nullptr, bool* fits = nullptr) {
     if (fits) *fits = false;  // no grid: the storage fits a step to its own errors
     packed r;
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      r.v[i] = element_traits<T>::to_float(element_traits<T>::from_float(x[i]));
-      dq[i] = Errors ? echo::detail::sub_rn(x[i], r.v[i]) : r.v[i];
-    }
+    for (int i = 0; i < V; ++i) r.v[i] = dq[i] = element_traits<T>::to_float(element_traits<T>::from_float(x[i]));
     return r;
   }
   __device__ __forceinline__ static void store(unsigned char* packet, const packed& r, int t, int valid) {

@@ -141,23 +141,27 @@ struct tile_stages {
   }
 
   /// A (push, and the deferred update): quantize x' for its owner; with store_error (uniform over
-  /// the warp) keep the send error e = x' - D(Q(x')) (the codec computes it: tile_codec::out_of).
+  /// the warp) keep the send error e = x' - D(Q(x')).
   __device__ __forceinline__ static packed push(const operands& o, const state_ref& st, bool store_error, size_t first,
                                                 int valid) {
-    float x[V], e[V];
+    float x[V], dq[V];
     entry(o, st, x);
     quant::group_params p{};
     bool fits = false;
     packed r;
     if constexpr (!keeps && Cfg::quant::quantizes) {
-      r = codec::quantize(codec::range(o.x, x, valid), x, valid, e, &p);  // x' = x: statistics as loaded
+      r = codec::quantize(codec::range(o.x, x, valid), x, valid, dq, &p);  // x' = x: statistics as loaded
     } else {
-      r = codec::template quantize<keeps>(x, valid, e, &p, push_errors_in_range ? &fits : nullptr);
+      r = codec::quantize(x, valid, dq, &p, push_errors_in_range ? &fits : nullptr);
     }
     if constexpr (keeps) {
-      // A finite group's x' and D(Q(x')) are finite, and so is their difference (|D(Q(x'))| is
-      // below 2^8 * 65504 * 2, far below half an ulp of FLT_MAX).
-      if (store_error) keep_errors(st, first, valid, e, r, p, p.finite, push_errors_in_range && fits);
+      if (store_error) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
+        // A finite group's x' and D(Q(x')) are finite, and so is their difference (|D(Q(x'))| is
+        // below 2^8 * 65504 * 2, far below half an ulp of FLT_MAX).
+        keep_errors(st, first, valid, dq, r, p, p.finite, push_errors_in_range && fits);
+      }
     }
     return r;
   }
