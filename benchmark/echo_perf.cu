@@ -330,15 +330,6 @@ int run(const options& o) {
   if (P > visible)
     std::printf("# %d ranks on %d GPU(s) (-S 1): their peer traffic stays on a GPU; times are not link times\n", P,
                 visible);
-  if (const char* mb = std::getenv("ECHO_PERF_L2_PERSIST_MB")) {  // EXPERIMENT: L2 set aside for evict_last lines
-    size_t got = 0;
-    for (int r = 0; r < P; ++r) {
-      ECHO_CUDA_TRY(cudaSetDevice(devices[static_cast<size_t>(r)]));
-      ECHO_CUDA_TRY(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, std::strtoull(mb, nullptr, 10) << 20));
-      ECHO_CUDA_TRY(cudaDeviceGetLimit(&got, cudaLimitPersistingL2CacheSize));
-    }
-    std::printf("# persisting L2 set aside: %zu bytes\n", got);
-  }
   if (o.profile) std::printf("# -P 1: one graph-captured call of every rank a size, inside a profiler range\n");
   if (o.wide_from >= 0 || o.mid_from >= 0)
     std::printf("# -W %lld -M %lld: the wide / mid policy from these sizes on (-1: the dispatch table's)\n", o.wide_from,
