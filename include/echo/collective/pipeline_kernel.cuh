@@ -32,10 +32,6 @@
 #include "tile_stages.cuh"
 #include "workspace_layout.cuh"
 
-#ifndef ECHO_RING_L2
-#define ECHO_RING_L2 0  // EXPERIMENT: 1 discard consumed ring lines, 2 evict_last ring stores, 3 both
-#endif
-
 #include <type_traits>
 
 namespace echo::collective {
@@ -220,10 +216,6 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
             Cfg::codec::store(p.peer[(me + d) % P] + L.gather_slot(me, slot, tile_bytes) + u * sub_bytes, r, lane, valid);
         });
     __syncwarp();
-#if ECHO_RING_L2 & 1
-    for (int i = 0; i < P; ++i)
-      if (i != me) echo::detail::discard_l2(p.local + L.recv_slot(i, slot, tile_bytes), subs * sub_bytes, lane);
-#endif
     if (lane == 0)
       for (int d = 1; d < P; ++d)
         echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[(me + d) % P] + L.gather_flag(me, t)), mine);
@@ -238,15 +230,10 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       const wait_result w = detail::warp_wait(p.local + L.gather_flag(j, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
       if (w != wait_result::ok) return w;
       const unsigned char* const slot = p.local + L.gather_slot(j, t % static_cast<tile_index>(p.ring), tile_bytes);
-      int u = 0;
-      for (; u < U && t * tile_elems + u * sub_elems < len; ++u) {
+      for (int u = 0; u < U && t * tile_elems + u * sub_elems < len; ++u) {
         const size_t first = b + t * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
         stages::gather(slot + u * sub_bytes, p.out, first, detail::valid_count(first, b + len, V), lane);
       }
-#if ECHO_RING_L2 & 1
-      __syncwarp();
-      echo::detail::discard_l2(slot, u * sub_bytes, lane);
-#endif
     }
     return wait_result::ok;
   };

@@ -217,21 +217,6 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
   __device__ __forceinline__ static void store(unsigned char* packet, const packed& r, int t, int valid) {
     if (valid <= 0) return;
     const int g = t / LANES, lane = t % LANES;
-#if ECHO_RING_L2 & 2
-    if constexpr (WORDS % 4 == 0) {
-      const uint64_t pol = echo::detail::l2_evict_last();
-#pragma unroll
-      for (int i = 0; i < WORDS / 4; ++i)
-        echo::detail::store_hint(packet + pk::code_offset(g) + lane * WORDS * 4 + 16 * i,
-                                 make_uint4(r.words[4 * i], r.words[4 * i + 1], r.words[4 * i + 2], r.words[4 * i + 3]), pol);
-      if (lane == 0) {
-        uint32_t w;
-        memcpy(&w, &r.w, 4);
-        echo::detail::store_hint(packet + pk::param_offset(32 / LANES, g), w, pol);
-      }
-      return;
-    }
-#endif
     echo::detail::store_words<WORDS>(packet + pk::code_offset(g) + lane * WORDS * 4, r.words);
     if (lane == 0) *reinterpret_cast<quant::wire_params*>(packet + pk::param_offset(32 / LANES, g)) = r.w;
   }

@@ -30,29 +30,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 #endif
 }
 
-/// EXPERIMENT (ECHO_RING_L2): an L2 policy that keeps lines ahead of normal ones.
-__device__ __forceinline__ uint64_t l2_evict_last() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-/// EXPERIMENT: 16-byte store with an L2 cache-policy hint.
-__device__ __forceinline__ void store_hint(void* dst, const uint4& v, uint64_t pol) {
-  asm volatile("st.global.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(__cvta_generic_to_global(dst)), "r"(v.x),
-               "r"(v.y), "r"(v.z), "r"(v.w), "l"(pol)
-               : "memory");
-}
-__device__ __forceinline__ void store_hint(void* dst, uint32_t v, uint64_t pol) {
-  asm volatile("st.global.L2::cache_hint.b32 [%0], %1, %2;" ::"l"(__cvta_generic_to_global(dst)), "r"(v), "l"(pol) : "memory");
-}
-/// EXPERIMENT: drop the whole 128-byte lines of [p, p + bytes) from L2 without writing them back
-/// (a weak write of indeterminate values); the warp's lanes share the lines.
-__device__ __forceinline__ void discard_l2(const void* p, size_t bytes, int lane) {
-  const unsigned long long a = static_cast<unsigned long long>(__cvta_generic_to_global(p));
-  const unsigned long long b = (a + 127) & ~127ull, e = (a + bytes) & ~127ull;
-  for (unsigned long long x = b + 128ull * lane; x < e; x += 128ull * 32) asm volatile("discard.global.L2 [%0], 128;" ::"l"(x) : "memory");
-}
-
 /// V consecutive elements as loaded, not yet widened: lets a warp issue the loads of its next
 /// sub-tile before it computes the current one.
 template <class T, int V>
