@@ -155,15 +155,9 @@ using mid_policy_t = typename Policy::template mid_for<detail::weight_of<Q, Comp
 ///          512 MiB, then 2.2x slower once the codec gained its clamp-free path (one GPU, fifteenth
 ///          session: ptxas then split its output's 16-byte stores into 4-byte ones);
 ///   plain  1 block a SM of 8 warps, 8192 values a flag (16-bit 256 MiB: 0.96x -> 1.08x NCCL).
-#ifndef ECHO_EXP_LEAN_FLAG
-#define ECHO_EXP_LEAN_FLAG 16384  // EXPERIMENT
-#endif
-#ifndef ECHO_EXP_HEAVY_FLAG
-#define ECHO_EXP_HEAVY_FLAG 8192  // EXPERIMENT
-#endif
 using default_policy = pipeline_policy<256, 2, 4096, 16, 0,
-                                       wide_by_call<pipeline_policy<256, 2, ECHO_EXP_LEAN_FLAG, 32, 1, void, 1>,
-                                                    pipeline_policy<256, 3, ECHO_EXP_HEAVY_FLAG, 16, 1, void, 1>,
+                                       wide_by_call<pipeline_policy<256, 2, 16384, 32, 1, void, 1>,
+                                                    pipeline_policy<256, 3, 8192, 16, 1, void, 1>,
                                                     pipeline_policy<256, 1, 8192, 16, 1>>,
                                        0,
                                        wide_by_call<pipeline_policy<256, 2, 16384, 32, 0>,
