@@ -1,0 +1,173 @@
+// How far behind its producer may a ring's consumer run before the ring's bytes reach HBM?
+//
+// A stand-in for the all-reduce's packet rings on one GPU, without quantization math: producer
+// warps read bf16 x (2 B a value) and write a 0.5 B packet a value (each value's top nibble) into
+// slot `chunk mod R` of a ring; consumer warps wait for that slot's flag, read the packet and write
+// bf16 y (2 B a value), then free the slot. Each block has as many producer as consumer warps,
+// pair p of the grid handles chunks p, p + pairs, ...; a slot is reused by its own pair only, after
+// its consumer freed it. The ring's size R sets how many bytes of other traffic stream through L2
+// between a packet's write and its read. Prints the time a 1 GiB x takes for several ring sizes
+// and, beside it, a fused pass (x -> y, no ring) and cudaMemcpy of x; run it under ncu for the
+// HBM bytes (dram__bytes_read.sum, dram__bytes_write.sum): with the ring in L2 they are 4 B a
+// value, with the ring in HBM 5.
+//
+//   nvcc -O3 -arch=sm_90 -std=c++17 -o ring_l2_probe scripts/probe/ring_l2_probe.cu
+//   ./ring_l2_probe [MiB of x, default 1024]      (RING_PROBE_REPS=1 under ncu: one timed launch a pass)
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CHECK(x)                                                                         \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
+      std::fprintf(stderr, "%s: %s (%s:%d)\n", #x, cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+constexpr int V = 32;                 // values a lane
+constexpr int CHUNK = 32 * V;         // values a warp's chunk
+constexpr int PACKET = CHUNK / 2;     // bytes of a chunk's packet (4 bits a value)
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// warps [0, W/2) of a block produce, [W/2, W) consume; ready[s] / freed[s] hold chunk + 1.
+__global__ void __launch_bounds__(256) ring_kernel(const uint4* x, uint4* y, unsigned char* ring, unsigned* ready,
+                                                   unsigned* freed, size_t chunks, size_t slots) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x / 32, half = blockDim.x / 64;
+  const bool producer = w < half;
+  const size_t pair = static_cast<size_t>(blockIdx.x) * half + (producer ? w : w - half);
+  const size_t pairs = static_cast<size_t>(gridDim.x) * half;
+  for (size_t c = pair; c < chunks; c += pairs) {
+    const size_t s = c % slots;
+    unsigned char* slot = ring + s * PACKET;
+    if (producer) {
+      if (c >= slots && lane == 0)
+        while (ld_acquire(freed + s) != c - slots + 1) {
+        }
+      __syncwarp();
+      uint4 v[V / 8];  // 32 bf16 = 4 x 16 B
+      const uint4* src = x + (c * CHUNK + lane * V) / 8;
+#pragma unroll
+      for (int i = 0; i < V / 8; ++i) v[i] = src[i];
+      uint4 code;  // 32 nibbles = 16 B
+      unsigned* cw = reinterpret_cast<unsigned*>(&code);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const unsigned* a = reinterpret_cast<const unsigned*>(&v[i]);
+        unsigned word = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) word |= ((a[j] >> 12) & 0xFu) << (8 * j) | ((a[j] >> 28) & 0xFu) << (8 * j + 4);
+        cw[i] = word;
+      }
+      reinterpret_cast<uint4*>(slot)[lane] = code;
+      __syncwarp();
+      if (lane == 0) st_release(ready + s, static_cast<unsigned>(c + 1));
+    } else {
+      if (lane == 0)
+        while (ld_acquire(ready + s) != c + 1) {
+        }
+      __syncwarp();
+      const uint4 code = __ldcg(reinterpret_cast<const uint4*>(slot) + lane);
+      __syncwarp();
+      if (lane == 0) st_release(freed + s, static_cast<unsigned>(c + 1));
+      const unsigned* cw = reinterpret_cast<const unsigned*>(&code);
+      uint4* dst = y + (c * CHUNK + lane * V) / 8;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint4 o;
+        unsigned* ow = reinterpret_cast<unsigned*>(&o);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) ow[j] = ((cw[i] >> (8 * j)) & 0xFu) << 12 | ((cw[i] >> (8 * j + 4)) & 0xFu) << 28;
+        dst[i] = o;
+      }
+    }
+  }
+}
+
+__global__ void fused_kernel(const uint4* x, uint4* y, size_t n16) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n16; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint4 v = x[i];
+    v.x &= 0xF000F000u, v.y &= 0xF000F000u, v.z &= 0xF000F000u, v.w &= 0xF000F000u;
+    y[i] = v;
+  }
+}
+
+int main(int argc, char** argv) {
+  const size_t mib = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1024;
+  const size_t bytes = mib << 20, n = bytes / 2, chunks = n / CHUNK;
+  int sms = 0, dev = 0;
+  CHECK(cudaGetDevice(&dev));
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, dev));
+  uint4 *x, *y;
+  unsigned char* ring;
+  unsigned *ready, *freed;
+  const size_t max_slots = chunks;  // the largest ring: no slot reused
+  CHECK(cudaMalloc(&x, bytes));
+  CHECK(cudaMalloc(&y, bytes));
+  CHECK(cudaMalloc(&ring, max_slots * PACKET));
+  CHECK(cudaMalloc(&ready, max_slots * 4));
+  CHECK(cudaMalloc(&freed, max_slots * 4));
+  CHECK(cudaMemset(x, 0x5a, bytes));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  const char* env = std::getenv("RING_PROBE_REPS");  // 1 under ncu
+  const int reps = env ? std::atoi(env) : 7;
+  auto time = [&](auto&& launch) {
+    launch();
+    CHECK(cudaDeviceSynchronize());
+    std::vector<float> t;
+    for (int r = 0; r < reps; ++r) {
+      CHECK(cudaEventRecord(a));
+      launch();
+      CHECK(cudaEventRecord(b));
+      CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, a, b));
+      t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2] * 1e3;
+  };
+  std::printf("# %s, %d SMs, L2 %d MiB; x = %zu MiB bf16; median of %d after 1 warm-up\n", prop.name, sms,
+              prop.l2CacheSize >> 20, mib, reps);
+  std::printf("%-34s %10s %12s\n", "pass", "time (us)", "x GB/s");
+  const double memcpy_us = time([&] { CHECK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice)); });
+  std::printf("%-34s %10.1f %12.1f\n", "cudaMemcpy x -> y", memcpy_us, bytes / memcpy_us / 1e3);
+  const double fused_us = time([&] { fused_kernel<<<sms * 8, 256>>>(x, y, bytes / 16); });
+  std::printf("%-34s %10.1f %12.1f\n", "fused x -> y (no ring)", fused_us, bytes / fused_us / 1e3);
+  const int blocks = sms * 4;  // 4 blocks of 8 warps a SM: all resident (the spin needs it)
+  const size_t pairs = static_cast<size_t>(blocks) * 4;
+  for (size_t ring_mib : {1, 4, 16, 64, 256, 0}) {
+    size_t slots = ring_mib ? (ring_mib << 20) / PACKET / pairs * pairs : max_slots;
+    if (slots > max_slots) slots = max_slots;
+    CHECK(cudaMemset(ready, 0, max_slots * 4));
+    CHECK(cudaMemset(freed, 0, max_slots * 4));
+    // the flags hold chunk + 1 of the last use; every timed launch must start from zero
+    const double us = time([&] {
+      CHECK(cudaMemsetAsync(ready, 0, slots * 4));
+      CHECK(cudaMemsetAsync(freed, 0, slots * 4));
+      ring_kernel<<<blocks, 256>>>(x, y, ring, ready, freed, chunks, slots);
+    });
+    char name[64];
+    std::snprintf(name, sizeof name, "ring %.1f MiB%s", slots * PACKET / 1048576.0, ring_mib ? "" : " (no reuse)");
+    std::printf("%-34s %10.1f %12.1f\n", name, us, bytes / us / 1e3);
+  }
+  CHECK(cudaGetLastError());
+  return 0;
+}
