@@ -7,7 +7,7 @@ R=$OUT/r; mkdir -p $R
 nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/ring_l2_probe scripts/probe/ring_l2_probe.cu > $R/build.log 2>&1 || { cat $R/build.log; exit 1; }
 /tmp/ring_l2_probe 1024 | tee $R/probe.txt
 /tmp/ring_l2_probe 1024 | tee $R/probe-2.txt
-RING_PROBE_REPS=1 timeout 300 ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum,lts__t_bytes.sum --csv /tmp/ring_l2_probe 1024 > $R/ncu.csv 2> $R/ncu.err
+RING_PROBE_REPS=1 timeout 300 ncu --print-units base --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum,lts__t_bytes.sum --csv /tmp/ring_l2_probe 1024 > $R/ncu.csv 2> $R/ncu.err
 python3 - "$R/ncu.csv" <<'PY' | tee $R/ncu-table.txt
 import csv, sys, collections
 rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
