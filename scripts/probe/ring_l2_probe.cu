@@ -153,8 +153,8 @@ int main(int argc, char** argv) {
   std::printf("%-34s %10.1f %12.1f\n", "fused x -> y (no ring)", fused_us, bytes / fused_us / 1e3);
   const int blocks = sms * 4;  // 4 blocks of 8 warps a SM: all resident (the spin needs it)
   const size_t pairs = static_cast<size_t>(blocks) * 4;
-  for (size_t ring_mib : {1, 4, 16, 64, 256, 0}) {
-    size_t slots = ring_mib ? (ring_mib << 20) / PACKET / pairs * pairs : max_slots;
+  for (size_t ring_mib : {1, 2, 4, 8, 16, 32, 64, 128, 0}) {
+    size_t slots = ring_mib ? std::max<size_t>(1, (ring_mib << 20) / PACKET / pairs) * pairs : max_slots;  // a slot a pair at least
     if (slots > max_slots) slots = max_slots;
     CHECK(cudaMemset(ready, 0, max_slots * 4));
     CHECK(cudaMemset(freed, 0, max_slots * 4));
