@@ -238,7 +238,102 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     return wait_result::ok;
   };
 
-  if constexpr (Cfg::policy::stage_lag > 0) {
+#ifndef ECHO_BLOCK_AGENTS
+#define ECHO_BLOCK_AGENTS 0  // EXPERIMENT: 1 = a block handles a tile, its warps taking every K-th sub-tile
+#endif
+  if constexpr (Cfg::policy::stage_lag > 0 && ECHO_BLOCK_AGENTS) {
+    // EXPERIMENT: the block is the agent. Tile t goes to block t mod B; warp q of the block takes
+    // sub-tiles q, q + K, ... of it, so a tile is done K times sooner and a packet is read a
+    // grid's iteration (B tiles) after it is written instead of W tiles. The ring rule holds:
+    // R is a multiple of W = K B and at least (2 L + 1) W. Barriers keep a block's warps on the
+    // same tile; every exit is block-uniform (__syncthreads_or).
+    constexpr int K = Cfg::warps;
+    const int q = threadIdx.x / 32;
+    const tile_index B = static_cast<tile_index>(gridDim.x);
+    const tile_index lagB = static_cast<tile_index>(Cfg::policy::stage_lag) * B;
+    auto each_sub = [&](size_t base, size_t end, int subs, auto&& f) {
+      for (int u = q; u < subs; u += K) {
+        const size_t first = base + static_cast<size_t>(u) * sub_elems + static_cast<size_t>(lane) * V;
+        if constexpr (stages::prefetch > 0) {
+          const size_t nb = base + static_cast<size_t>(u + K) * sub_elems;
+          if (lane == 0 && u + K < subs && nb < end) stages::prefetch_inputs(p.in, st, nb, min(end - nb, sub_elems));
+        }
+        const int valid = detail::valid_count(first, end, V);
+        f(stages::fetch(p.in, st, first, valid), first, valid, u);
+      }
+    };
+    auto push_b = [&](tile_index t) {
+      for (int d = 1; d < P; ++d) {
+        const int j = (me + d) % P;
+        const size_t b = part.begin(j), len = part.size(j);
+        if (t * tile_elems >= len) continue;
+        const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
+        unsigned char* const slot = p.peer[j] + L.recv_slot(me, t % static_cast<tile_index>(p.ring), tile_bytes);
+        each_sub(b + t * tile_elems, b + len, subs, [&](const auto& ops, size_t first, int valid, int u) {
+          const auto r = stages::push(ops, st, p.store_send_errors, first, valid);
+          Cfg::codec::store(slot + u * sub_bytes, r, lane, valid);
+        });
+      }
+      __syncthreads();
+      if (threadIdx.x == 0)
+        for (int d = 1; d < P; ++d) {
+          const int j = (me + d) % P;
+          if (t * tile_elems < part.size(j))
+            echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[j] + L.recv_flag(me, t)), mine);
+        }
+    };
+    auto reduce_b = [&](tile_index t) {
+      const size_t b = part.begin(me), len = part.size(me);
+      if (t * tile_elems >= len) return wait_result::ok;
+      wait_result w = wait_result::ok;
+      for (int i = 0; i < P && w == wait_result::ok; ++i)
+        if (i != me) w = detail::warp_wait(p.local + L.recv_flag(i, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
+      if (w == wait_result::ok) {
+        const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
+        const size_t slot = t % static_cast<tile_index>(p.ring);
+        each_sub(b + t * tile_elems, b + len, subs, [&](const auto& ops, size_t first, int valid, int u) {
+          const auto r = stages::reduce(ops, st, p.out, first, valid, me, P, lane, [&](int i) {
+            return static_cast<const unsigned char*>(p.local + L.recv_slot(i, slot, tile_bytes) + u * sub_bytes);
+          });
+          for (int d = 1; d < P; ++d)
+            Cfg::codec::store(p.peer[(me + d) % P] + L.gather_slot(me, slot, tile_bytes) + u * sub_bytes, r, lane, valid);
+        });
+      }
+      if (__syncthreads_or(w != wait_result::ok)) return w == wait_result::ok ? wait_result::pending : w;  // pending: a sibling gave up
+      if (threadIdx.x == 0)
+        for (int d = 1; d < P; ++d)
+          echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[(me + d) % P] + L.gather_flag(me, t)), mine);
+      return wait_result::ok;
+    };
+    auto gather_b = [&](tile_index t) {
+      for (int d = 1; d < P; ++d) {
+        const int j = (me + d) % P;
+        const size_t b = part.begin(j), len = part.size(j);
+        if (t * tile_elems >= len) continue;
+        const wait_result w = detail::warp_wait(p.local + L.gather_flag(j, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
+        if (w != wait_result::ok) return w;
+        const unsigned char* const slot = p.local + L.gather_slot(j, t % static_cast<tile_index>(p.ring), tile_bytes);
+        const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
+        for (int u = q; u < subs; u += K) {
+          const size_t first = b + t * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
+          stages::gather(slot + u * sub_bytes, p.out, first, detail::valid_count(first, b + len, V), lane);
+        }
+      }
+      return wait_result::ok;
+    };
+    for (tile_index t = blockIdx.x;; t += B) {
+      if (t < tiles0) push_b(t);
+      if (t >= lagB && t - lagB < tiles0) why = reduce_b(t - lagB);
+      if (why == wait_result::ok && t >= 2 * lagB) {
+        if (t - 2 * lagB >= tiles0) break;
+        why = gather_b(t - 2 * lagB);
+      }
+      if (__syncthreads_or(why != wait_result::ok)) {
+        if (why == wait_result::pending) why = wait_result::ok;  // a sibling warp gave up and reports it
+        break;
+      }
+    }
+  } else if constexpr (Cfg::policy::stage_lag > 0) {
     // Stages of different tiles in one loop (see the top of the file); tiles [0, tiles0).
     for (tile_index t = warp;; t += W) {
       if (t < tiles0) push(t);
