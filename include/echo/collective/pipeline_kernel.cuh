@@ -249,27 +249,6 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     // same tile; every exit is block-uniform (__syncthreads_or).
     constexpr int K = Cfg::warps;
     const int q = threadIdx.x / 32;
-    __shared__ int block_why;
-    // v2: one thread waits, the others sleep in the barrier (no spinning warps); the block learns
-    // the outcome. Every thread calls it.
-    auto block_wait = [&](const unsigned char* flag) {
-      if (threadIdx.x == 0)
-        block_why = static_cast<int>(echo::detail::wait_flag(reinterpret_cast<const uint64_t*>(flag), epoch, p.sig, abort, p.spin_limit_ns));
-      __syncthreads();
-      const wait_result w = static_cast<wait_result>(block_why);
-      __syncthreads();  // block_why is reused by the next wait
-      return w;
-    };
-    const uint32_t ring32 = static_cast<uint32_t>(p.ring);  // make_plan keeps slots and tiles below 2^32
-    // v2 (ECHO_BLOCK_AGENTS >= 2): drop the whole 128-byte lines of a slot the block has read.
-    auto drop = [&](const unsigned char* slot, size_t bytes) {
-      if constexpr (ECHO_BLOCK_AGENTS >= 2) {
-        const unsigned long long a = static_cast<unsigned long long>(__cvta_generic_to_global(slot));
-        const unsigned long long b0 = (a + 127) & ~127ull, e = (a + bytes) & ~127ull;
-        for (unsigned long long x = b0 + 128ull * threadIdx.x; x < e; x += 128ull * blockDim.x)
-          asm volatile("discard.global.L2 [%0], 128;" ::"l"(x) : "memory");
-      }
-    };
     const tile_index B = static_cast<tile_index>(gridDim.x);
     const tile_index lagB = static_cast<tile_index>(Cfg::policy::stage_lag) * B;
     auto each_sub = [&](size_t base, size_t end, int subs, auto&& f) {
@@ -289,7 +268,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
         const size_t b = part.begin(j), len = part.size(j);
         if (t * tile_elems >= len) continue;
         const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
-        unsigned char* const slot = p.peer[j] + L.recv_slot(me, static_cast<uint32_t>(t) % ring32, tile_bytes);
+        unsigned char* const slot = p.peer[j] + L.recv_slot(me, t % static_cast<tile_index>(p.ring), tile_bytes);
         each_sub(b + t * tile_elems, b + len, subs, [&](const auto& ops, size_t first, int valid, int u) {
           const auto r = stages::push(ops, st, p.store_send_errors, first, valid);
           Cfg::codec::store(slot + u * sub_bytes, r, lane, valid);
@@ -308,11 +287,10 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       if (t * tile_elems >= len) return wait_result::ok;
       wait_result w = wait_result::ok;
       for (int i = 0; i < P && w == wait_result::ok; ++i)
-        if (i != me) w = block_wait(p.local + L.recv_flag(i, t));
-      if (w != wait_result::ok) return w;  // block-uniform
-      const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
-      const size_t slot = static_cast<uint32_t>(t) % ring32;
-      {
+        if (i != me) w = detail::warp_wait(p.local + L.recv_flag(i, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
+      if (w == wait_result::ok) {
+        const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
+        const size_t slot = t % static_cast<tile_index>(p.ring);
         each_sub(b + t * tile_elems, b + len, subs, [&](const auto& ops, size_t first, int valid, int u) {
           const auto r = stages::reduce(ops, st, p.out, first, valid, me, P, lane, [&](int i) {
             return static_cast<const unsigned char*>(p.local + L.recv_slot(i, slot, tile_bytes) + u * sub_bytes);
@@ -321,9 +299,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
             Cfg::codec::store(p.peer[(me + d) % P] + L.gather_slot(me, slot, tile_bytes) + u * sub_bytes, r, lane, valid);
         });
       }
-      __syncthreads();
-      for (int i = 0; i < P; ++i)
-        if (i != me) drop(p.local + L.recv_slot(i, slot, tile_bytes), subs * sub_bytes);
+      if (__syncthreads_or(w != wait_result::ok)) return w == wait_result::ok ? wait_result::pending : w;  // pending: a sibling gave up
       if (threadIdx.x == 0)
         for (int d = 1; d < P; ++d)
           echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[(me + d) % P] + L.gather_flag(me, t)), mine);
@@ -334,17 +310,13 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
         const int j = (me + d) % P;
         const size_t b = part.begin(j), len = part.size(j);
         if (t * tile_elems >= len) continue;
-        const wait_result w = block_wait(p.local + L.gather_flag(j, t));
-        if (w != wait_result::ok) return w;  // block-uniform
-        const unsigned char* const slot = p.local + L.gather_slot(j, static_cast<uint32_t>(t) % ring32, tile_bytes);
+        const wait_result w = detail::warp_wait(p.local + L.gather_flag(j, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
+        if (w != wait_result::ok) return w;
+        const unsigned char* const slot = p.local + L.gather_slot(j, t % static_cast<tile_index>(p.ring), tile_bytes);
         const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
         for (int u = q; u < subs; u += K) {
           const size_t first = b + t * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
           stages::gather(slot + u * sub_bytes, p.out, first, detail::valid_count(first, b + len, V), lane);
-        }
-        if constexpr (ECHO_BLOCK_AGENTS >= 2) {
-          __syncthreads();
-          drop(slot, subs * sub_bytes);
         }
       }
       return wait_result::ok;
@@ -356,8 +328,8 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
         if (t - 2 * lagB >= tiles0) break;
         why = gather_b(t - 2 * lagB);
       }
-      if (why != wait_result::ok) {  // block-uniform: thread 0 reports it
-        if (threadIdx.x != 0) why = wait_result::ok;
+      if (__syncthreads_or(why != wait_result::ok)) {
+        if (why == wait_result::pending) why = wait_result::ok;  // a sibling warp gave up and reports it
         break;
       }
     }
