@@ -42,12 +42,7 @@ inline plan make_plan(const plan_inputs& in) {
   plan r;
   const bool overlap = in.stage_lag > 0;
   const size_t per_warp = 2 * in.stage_lag + 1;
-#if defined(ECHO_BLOCK_AGENTS) && ECHO_BLOCK_AGENTS
-  const size_t agents = in.resident / in.block_warps;  // EXPERIMENT: a block takes a tile
-#else
-  const size_t agents = in.resident;
-#endif
-  size_t U = overlap ? std::min(in.u_max, std::max<size_t>(1, in.subs0 / (4 * agents)))
+  size_t U = overlap ? std::min(in.u_max, std::max<size_t>(1, in.subs0 / (4 * in.resident)))
                      : std::min(in.u_max, std::max<size_t>(1, in.subs0 / in.spread_warps));
   const size_t u_min = ceil_div(in.subs0, in.flag_tiles);
   U = std::max(U, u_min);
