@@ -6,7 +6,7 @@
 // bf16 y (2 B a value), then free the slot. Each block has as many producer as consumer warps,
 // pair p of the grid handles chunks p, p + pairs, ...; a slot is reused by its own pair only, after
 // its consumer freed it. The ring's size R sets how many bytes of other traffic stream through L2
-// between a packet's write and its read. Prints the time a 1 GiB x takes for several ring sizes
+// between a packet's write and its read (and inband_kernel: flags inside the packet's lines). Prints the time a 1 GiB x takes for several ring sizes
 // and, beside it, a fused pass (x -> y, no ring) and cudaMemcpy of x; run it under ncu for the
 // HBM bytes (dram__bytes_read.sum, dram__bytes_write.sum): with the ring in L2 they are 4 B a
 // value, with the ring in HBM 5.
@@ -97,6 +97,65 @@ __global__ void __launch_bounds__(256) ring_kernel(const uint4* x, uint4* y, uns
   }
 }
 
+// The same without separate flags (NCCL's LL128 idea): a chunk's packet is one 16-byte store a
+// lane, in 128-byte lines whose last 8 bytes carry (epoch, chunk); a consumer re-reads the warp's
+// lines until every line's flag is there (one load instruction reads a whole line at once), so no
+// fence and no flag word; the ring is never reused (the epoch tells launches apart). `drop`: the
+// consumer discards each line once read, so it is never written back.
+__global__ void __launch_bounds__(256) inband_kernel(const uint4* x, uint4* y, uint4* ring, size_t chunks, unsigned epoch,
+                                                     bool drop) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x / 32, half = blockDim.x / 64;
+  const bool producer = w < half;
+  const size_t pair = static_cast<size_t>(blockIdx.x) * half + (producer ? w : w - half);
+  const size_t pairs = static_cast<size_t>(gridDim.x) * half;
+  for (size_t c = pair; c < chunks; c += pairs) {
+    uint4* line = ring + c * 32 + lane;
+    const unsigned tag = static_cast<unsigned>(c) ^ (epoch << 24);
+    if (producer) {
+      uint4 v[V / 8];
+      const uint4* src = x + (c * CHUNK + lane * V) / 8;
+#pragma unroll
+      for (int i = 0; i < V / 8; ++i) v[i] = src[i];
+      uint4 code;
+      unsigned* cw = reinterpret_cast<unsigned*>(&code);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const unsigned* a = reinterpret_cast<const unsigned*>(&v[i]);
+        unsigned word = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) word |= ((a[j] >> 12) & 0xFu) << (8 * j) | ((a[j] >> 28) & 0xFu) << (8 * j + 4);
+        cw[i] = word;
+      }
+      if ((lane & 7) == 7) code.z = tag, code.w = epoch;
+      asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(line), "r"(code.x), "r"(code.y), "r"(code.z),
+                   "r"(code.w)
+                   : "memory");
+    } else {
+      uint4 code;
+      for (;;) {
+        asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(code.x), "=r"(code.y), "=r"(code.z), "=r"(code.w)
+                     : "l"(line)
+                     : "memory");
+        const bool mine = (lane & 7) != 7 || (code.z == tag && code.w == epoch);
+        if (__all_sync(0xffffffffu, __shfl_sync(0xffffffffu, mine, lane | 7))) break;
+      }
+      if (drop && (lane & 7) == 0)
+        asm volatile("discard.global.L2 [%0], 128;" ::"l"(__cvta_generic_to_global(line)) : "memory");
+      const unsigned* cw = reinterpret_cast<const unsigned*>(&code);
+      uint4* dst = y + (c * CHUNK + lane * V) / 8;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint4 o;
+        unsigned* ow = reinterpret_cast<unsigned*>(&o);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) ow[j] = ((cw[i] >> (8 * j)) & 0xFu) << 12 | ((cw[i] >> (8 * j + 4)) & 0xFu) << 28;
+        dst[i] = o;
+      }
+    }
+  }
+}
+
 __global__ void fused_kernel(const uint4* x, uint4* y, size_t n16) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n16; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     uint4 v = x[i];
@@ -167,6 +226,15 @@ int main(int argc, char** argv) {
     char name[64];
     std::snprintf(name, sizeof name, "ring %.1f MiB%s", slots * PACKET / 1048576.0, ring_mib ? "" : " (no reuse)");
     std::printf("%-34s %10.1f %12.1f\n", name, us, bytes / us / 1e3);
+  }
+  unsigned epoch = 0;
+  for (bool drop : {false, true}) {
+    const double us = time([&] {
+      ++epoch;
+      inband_kernel<<<blocks, 256>>>(x, y, reinterpret_cast<uint4*>(ring), chunks, epoch & 0xFFu, drop);
+    });
+    std::printf("%-34s %10.1f %12.1f\n", drop ? "in-band flags, discard once read" : "in-band flags (no reuse)", us,
+                bytes / us / 1e3);
   }
   CHECK(cudaGetLastError());
   return 0;
