@@ -102,16 +102,27 @@ __global__ void __launch_bounds__(256) ring_kernel(const uint4* x, uint4* y, uns
 // lines until every line's flag is there (one load instruction reads a whole line at once), so no
 // fence and no flag word; the ring is never reused (the epoch tells launches apart). `drop`: the
 // consumer discards each line once read, so it is never written back.
+// `ahead` > 0: a producer runs at most that many chunks ahead of its consumer (a counter in shared
+// memory, no fence), which bounds how far behind the consumer reads; 0: unbounded.
 __global__ void __launch_bounds__(256) inband_kernel(const uint4* x, uint4* y, uint4* ring, size_t chunks, unsigned epoch,
-                                                     bool drop) {
+                                                     bool drop, unsigned ahead) {
   const int lane = threadIdx.x & 31, w = threadIdx.x / 32, half = blockDim.x / 64;
   const bool producer = w < half;
-  const size_t pair = static_cast<size_t>(blockIdx.x) * half + (producer ? w : w - half);
+  const int q = producer ? w : w - half;
+  const size_t pair = static_cast<size_t>(blockIdx.x) * half + q;
   const size_t pairs = static_cast<size_t>(gridDim.x) * half;
-  for (size_t c = pair; c < chunks; c += pairs) {
+  __shared__ unsigned consumed[16];
+  if (threadIdx.x < 16) consumed[threadIdx.x] = 0;
+  __syncthreads();
+  volatile unsigned* done = consumed;
+  unsigned it = 0;
+  for (size_t c = pair; c < chunks; c += pairs, ++it) {
     uint4* line = ring + c * 32 + lane;
     const unsigned tag = static_cast<unsigned>(c) ^ (epoch << 24);
     if (producer) {
+      if (ahead)
+        while (it - done[q] >= ahead) {
+        }
       uint4 v[V / 8];
       const uint4* src = x + (c * CHUNK + lane * V) / 8;
 #pragma unroll
@@ -142,6 +153,8 @@ __global__ void __launch_bounds__(256) inband_kernel(const uint4* x, uint4* y, u
       }
       if (drop && (lane & 7) == 0)
         asm volatile("discard.global.L2 [%0], 128;" ::"l"(__cvta_generic_to_global(line)) : "memory");
+      __syncwarp();
+      if (lane == 0) done[q] = it + 1;
       const unsigned* cw = reinterpret_cast<const unsigned*>(&code);
       uint4* dst = y + (c * CHUNK + lane * V) / 8;
 #pragma unroll
@@ -228,14 +241,16 @@ int main(int argc, char** argv) {
     std::printf("%-34s %10.1f %12.1f\n", name, us, bytes / us / 1e3);
   }
   unsigned epoch = 0;
-  for (bool drop : {false, true}) {
-    const double us = time([&] {
-      ++epoch;
-      inband_kernel<<<blocks, 256>>>(x, y, reinterpret_cast<uint4*>(ring), chunks, epoch & 0xFFu, drop);
-    });
-    std::printf("%-34s %10.1f %12.1f\n", drop ? "in-band flags, discard once read" : "in-band flags (no reuse)", us,
-                bytes / us / 1e3);
-  }
+  for (unsigned ahead : {0u, 2u, 8u, 32u})
+    for (bool drop : {false, true}) {
+      const double us = time([&] {
+        ++epoch;
+        inband_kernel<<<blocks, 256>>>(x, y, reinterpret_cast<uint4*>(ring), chunks, epoch & 0xFFu, drop, ahead);
+      });
+      char name[64];
+      std::snprintf(name, sizeof name, "in-band, ahead %u%s", ahead, drop ? ", discard" : "");
+      std::printf("%-34s %10.1f %12.1f\n", name, us, bytes / us / 1e3);
+    }
   CHECK(cudaGetLastError());
   return 0;
 }
