@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
     std::printf("%-34s %10.1f %12.1f\n", name, us, bytes / us / 1e3);
   }
   unsigned epoch = 0;
-  for (unsigned ahead : {0u, 2u, 8u, 32u})
+  for (unsigned ahead : {0u, 1u, 2u, 4u, 8u})
     for (bool drop : {false, true}) {
       const double us = time([&] {
         ++epoch;
