@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Turn echo_bench JSON output into the markdown tables (and optionally a plot) in docs/.
 
-usage: scripts/bench_report.py BENCH.json [BENCH.json ...] [--plot OUT.png] [--variants a,b,c]
+usage: scripts/bench_report.py BENCH.json [BENCH.json ...] [--plot OUT.png] [--variants a,b,c] [--targets]
 
 Several files (passes of one binary): each cell is the mean over the passes, and the speedup's
-pass-to-pass spread (half the range) is printed beside it.
+pass-to-pass spread (half the range) is printed beside it. --targets also prints issue 10's
+done conditions (P = 2, bf16, against NCCL in the same run) with the mean and the worst pass of
+each, and whether the mean meets it: a table to read, not a verdict on one run's noise.
 """
 import argparse
 import json
@@ -34,13 +36,39 @@ def load(path):
     return data.get("context", {}), rows, order
 
 
+# (variant, sizes (None: every size the run has from 64 KiB), the speedup over NCCL it must reach)
+TARGETS = [
+    ("echo_int4", [1 << 30], 3.2),
+    ("echo_int4", [16 << 20], 2.5),
+    ("echo_int4_ef", [1 << 30], 2.8),
+    ("echo_int8", [1 << 30], 1.9),
+    ("echo_none", [256 << 20, 1 << 30], 1.0),
+    ("echo_dispatch", None, 1.0),
+    ("echo_nccl_dispatch", None, 1.0),
+]
+
+
+def targets(runs, rows):
+    print("\n| target | size | mean speedup | worst pass | met (mean) |\n|---|---|---|---|---|")
+    for variant, sizes, need in TARGETS:
+        for size in sizes or sorted(s for s in rows if s >= 64 << 10):
+            cells = [r[1][size][variant][2] for r in runs if variant in r[1].get(size, {})]
+            if not cells:
+                print(f"| {variant} >= {need}x | {human(size)} | not in the run | | |")
+                continue
+            mean = sum(cells) / len(cells)
+            print(f"| {variant} >= {need}x | {human(size)} | {mean:.2f}x | {min(cells):.2f}x | {'yes' if mean >= need else 'NO'} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("json", nargs="+")
     ap.add_argument("--plot")
     ap.add_argument("--variants")
+    ap.add_argument("--targets", action="store_true", help="also print issue 10's done conditions")
     args = ap.parse_args()
     runs = [load(j) for j in args.json]
+    raw = [load(j) for j in args.json]  # per pass, before the mean below
     ctx, rows, order = runs[0]
     spread = {}
     if len(runs) > 1:  # the mean of every pass that has the cell; spread: half the speedups' range
@@ -67,6 +95,8 @@ def main():
             else:
                 cells.append("-")
         print(f"| {human(size)} | " + " | ".join(cells) + " |")
+    if args.targets:
+        targets(raw, rows)
     if args.plot:
         import matplotlib
 
