@@ -43,6 +43,32 @@ __device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+// A lane's 32 bf16 values (4 x 16 B) as 32 nibbles (16 B): each value's top nibble; and back.
+__device__ __forceinline__ uint4 encode(const uint4* src) {
+  uint4 code;
+  unsigned* cw = reinterpret_cast<unsigned*>(&code);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint4 v = src[i];
+    const unsigned a[4] = {v.x, v.y, v.z, v.w};
+    unsigned word = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) word |= ((a[j] >> 12) & 0xFu) << (8 * j) | ((a[j] >> 28) & 0xFu) << (8 * j + 4);
+    cw[i] = word;
+  }
+  return code;
+}
+__device__ __forceinline__ void decode(const uint4& code, uint4* dst) {
+  const unsigned cw[4] = {code.x, code.y, code.z, code.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    unsigned o[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[j] = ((cw[i] >> (8 * j)) & 0xFu) << 12 | ((cw[i] >> (8 * j + 4)) & 0xFu) << 28;
+    dst[i] = make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+
 // warps [0, W/2) of a block produce, [W/2, W) consume; ready[s] / freed[s] hold chunk + 1.
 __global__ void __launch_bounds__(256) ring_kernel(const uint4* x, uint4* y, unsigned char* ring, unsigned* ready,
                                                    unsigned* freed, size_t chunks, size_t slots) {
@@ -58,20 +84,7 @@ __global__ void __launch_bounds__(256) ring_kernel(const uint4* x, uint4* y, uns
         while (ld_acquire(freed + s) != c - slots + 1) {
         }
       __syncwarp();
-      uint4 v[V / 8];  // 32 bf16 = 4 x 16 B
-      const uint4* src = x + (c * CHUNK + lane * V) / 8;
-#pragma unroll
-      for (int i = 0; i < V / 8; ++i) v[i] = src[i];
-      uint4 code;  // 32 nibbles = 16 B
-      unsigned* cw = reinterpret_cast<unsigned*>(&code);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const unsigned* a = reinterpret_cast<const unsigned*>(&v[i]);
-        unsigned word = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) word |= ((a[j] >> 12) & 0xFu) << (8 * j) | ((a[j] >> 28) & 0xFu) << (8 * j + 4);
-        cw[i] = word;
-      }
+      const uint4 code = encode(x + (c * CHUNK + lane * V) / 8);
       reinterpret_cast<uint4*>(slot)[lane] = code;
       __syncwarp();
       if (lane == 0) st_release(ready + s, static_cast<unsigned>(c + 1));
@@ -83,16 +96,7 @@ __global__ void __launch_bounds__(256) ring_kernel(const uint4* x, uint4* y, uns
       const uint4 code = __ldcg(reinterpret_cast<const uint4*>(slot) + lane);
       __syncwarp();
       if (lane == 0) st_release(freed + s, static_cast<unsigned>(c + 1));
-      const unsigned* cw = reinterpret_cast<const unsigned*>(&code);
-      uint4* dst = y + (c * CHUNK + lane * V) / 8;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        uint4 o;
-        unsigned* ow = reinterpret_cast<unsigned*>(&o);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) ow[j] = ((cw[i] >> (8 * j)) & 0xFu) << 12 | ((cw[i] >> (8 * j + 4)) & 0xFu) << 28;
-        dst[i] = o;
-      }
+      decode(code, y + (c * CHUNK + lane * V) / 8);
     }
   }
 }
@@ -123,20 +127,7 @@ __global__ void __launch_bounds__(256) inband_kernel(const uint4* x, uint4* y, u
       if (ahead)
         while (it - done[q] >= ahead) {
         }
-      uint4 v[V / 8];
-      const uint4* src = x + (c * CHUNK + lane * V) / 8;
-#pragma unroll
-      for (int i = 0; i < V / 8; ++i) v[i] = src[i];
-      uint4 code;
-      unsigned* cw = reinterpret_cast<unsigned*>(&code);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const unsigned* a = reinterpret_cast<const unsigned*>(&v[i]);
-        unsigned word = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) word |= ((a[j] >> 12) & 0xFu) << (8 * j) | ((a[j] >> 28) & 0xFu) << (8 * j + 4);
-        cw[i] = word;
-      }
+      uint4 code = encode(x + (c * CHUNK + lane * V) / 8);
       if ((lane & 7) == 7) code.z = tag, code.w = epoch;
       asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(line), "r"(code.x), "r"(code.y), "r"(code.z),
                    "r"(code.w)
@@ -155,16 +146,7 @@ __global__ void __launch_bounds__(256) inband_kernel(const uint4* x, uint4* y, u
         asm volatile("discard.global.L2 [%0], 128;" ::"l"(__cvta_generic_to_global(line)) : "memory");
       __syncwarp();
       if (lane == 0) done[q] = it + 1;
-      const unsigned* cw = reinterpret_cast<const unsigned*>(&code);
-      uint4* dst = y + (c * CHUNK + lane * V) / 8;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        uint4 o;
-        unsigned* ow = reinterpret_cast<unsigned*>(&o);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) ow[j] = ((cw[i] >> (8 * j)) & 0xFu) << 12 | ((cw[i] >> (8 * j + 4)) & 0xFu) << 28;
-        dst[i] = o;
-      }
+      decode(code, y + (c * CHUNK + lane * V) / 8);
     }
   }
 }
