@@ -151,6 +151,46 @@ __global__ void __launch_bounds__(256) inband_kernel(const uint4* x, uint4* y, u
   }
 }
 
+// Every warp both produces and consumes, as a rank's warps do in the all-reduce: at iteration i
+// warp w writes the packet of its chunk w + i W and reads the packet its partner warp (W / 2 away,
+// the stand-in for a peer) wrote `lag` iterations earlier, then writes that chunk's y; flags in
+// the lines as in inband_kernel, the ring never reused, a discard of each line once read.
+__global__ void __launch_bounds__(256) exchange_kernel(const uint4* x, uint4* y, uint4* ring, size_t chunks, unsigned epoch,
+                                                       unsigned lag, bool drop) {
+  const int lane = threadIdx.x & 31;
+  const size_t W = static_cast<size_t>(gridDim.x) * (blockDim.x / 32);
+  const size_t w = static_cast<size_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const size_t partner = (w + W / 2) % W;
+  const size_t iters = (chunks + W - 1) / W;
+  for (size_t i = 0; i < iters + lag; ++i) {
+    const size_t c = w + i * W;
+    if (i < iters && c < chunks) {
+      uint4 code = encode(x + (c * CHUNK + lane * V) / 8);
+      if ((lane & 7) == 7) code.z = static_cast<unsigned>(c) ^ (epoch << 24), code.w = epoch;
+      asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(ring + c * 32 + lane), "r"(code.x),
+                   "r"(code.y), "r"(code.z), "r"(code.w)
+                   : "memory");
+    }
+    const size_t d = partner + (i - lag) * W;
+    if (i >= lag && d < chunks) {
+      const uint4* line = ring + d * 32 + lane;
+      const unsigned tag = static_cast<unsigned>(d) ^ (epoch << 24);
+      uint4 code;
+      for (;;) {
+        asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(code.x), "=r"(code.y), "=r"(code.z), "=r"(code.w)
+                     : "l"(line)
+                     : "memory");
+        const bool mine = (lane & 7) != 7 || (code.z == tag && code.w == epoch);
+        if (__all_sync(0xffffffffu, __shfl_sync(0xffffffffu, mine, lane | 7))) break;
+      }
+      if (drop && (lane & 7) == 0)
+        asm volatile("discard.global.L2 [%0], 128;" ::"l"(__cvta_generic_to_global(line)) : "memory");
+      decode(code, y + (d * CHUNK + lane * V) / 8);
+    }
+  }
+}
+
 __global__ void fused_kernel(const uint4* x, uint4* y, size_t n16) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n16; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     uint4 v = x[i];
@@ -231,6 +271,16 @@ int main(int argc, char** argv) {
       });
       char name[64];
       std::snprintf(name, sizeof name, "in-band, ahead %u%s", ahead, drop ? ", discard" : "");
+      std::printf("%-34s %10.1f %12.1f\n", name, us, bytes / us / 1e3);
+    }
+  for (unsigned lag : {1u, 2u, 4u})
+    for (bool drop : {false, true}) {
+      const double us = time([&] {
+        ++epoch;
+        exchange_kernel<<<blocks, 256>>>(x, y, reinterpret_cast<uint4*>(ring), chunks, epoch & 0xFFu, lag, drop);
+      });
+      char name[64];
+      std::snprintf(name, sizeof name, "exchange, lag %u%s", lag, drop ? ", discard" : "");
       std::printf("%-34s %10.1f %12.1f\n", name, us, bytes / us / 1e3);
     }
   CHECK(cudaGetLastError());
