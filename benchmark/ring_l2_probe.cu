@@ -11,9 +11,8 @@
 // HBM bytes (dram__bytes_read.sum, dram__bytes_write.sum): with the ring in L2 they are 4 B a
 // value, with the ring in HBM 5.
 //
-//   nvcc -O3 -arch=sm_90 -std=c++17 -o ring_l2_probe scripts/probe/ring_l2_probe.cu
-//   ./ring_l2_probe [MiB of x, default 1024]      (RING_PROBE_REPS=1 under ncu: one timed launch a pass)
-#include <cuda_bf16.h>
+//   cmake --build build --target echo_ring_l2_probe    (or: nvcc -O3 -arch=sm_90 -std=c++17 -o p ring_l2_probe.cu)
+//   build/benchmark/echo-ring-l2-probe [MiB of x, default 1024]      (RING_PROBE_REPS=1 under ncu: one timed launch a pass)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,13 +20,13 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(x)                                                                         \
-  do {                                                                                   \
-    cudaError_t e_ = (x);                                                                \
-    if (e_ != cudaSuccess) {                                                             \
+#define ECHO_PROBE_CHECK(x)                                                                   \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
       std::fprintf(stderr, "%s: %s (%s:%d)\n", #x, cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
+      std::exit(1);                                                                           \
+    }                                                                                         \
   } while (0)
 
 constexpr int V = 32;                 // values a lane
@@ -203,36 +202,36 @@ int main(int argc, char** argv) {
   const size_t mib = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1024;
   const size_t bytes = mib << 20, n = bytes / 2, chunks = n / CHUNK;
   int sms = 0, dev = 0;
-  CHECK(cudaGetDevice(&dev));
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  ECHO_PROBE_CHECK(cudaGetDevice(&dev));
+  ECHO_PROBE_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, dev));
+  ECHO_PROBE_CHECK(cudaGetDeviceProperties(&prop, dev));
   uint4 *x, *y;
   unsigned char* ring;
   unsigned *ready, *freed;
   const size_t max_slots = chunks;  // the largest ring: no slot reused
-  CHECK(cudaMalloc(&x, bytes));
-  CHECK(cudaMalloc(&y, bytes));
-  CHECK(cudaMalloc(&ring, max_slots * PACKET));
-  CHECK(cudaMalloc(&ready, max_slots * 4));
-  CHECK(cudaMalloc(&freed, max_slots * 4));
-  CHECK(cudaMemset(x, 0x5a, bytes));
+  ECHO_PROBE_CHECK(cudaMalloc(&x, bytes));
+  ECHO_PROBE_CHECK(cudaMalloc(&y, bytes));
+  ECHO_PROBE_CHECK(cudaMalloc(&ring, max_slots * PACKET));
+  ECHO_PROBE_CHECK(cudaMalloc(&ready, max_slots * 4));
+  ECHO_PROBE_CHECK(cudaMalloc(&freed, max_slots * 4));
+  ECHO_PROBE_CHECK(cudaMemset(x, 0x5a, bytes));
   cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
+  ECHO_PROBE_CHECK(cudaEventCreate(&a));
+  ECHO_PROBE_CHECK(cudaEventCreate(&b));
   const char* env = std::getenv("RING_PROBE_REPS");  // 1 under ncu
   const int reps = env ? std::atoi(env) : 7;
   auto time = [&](auto&& launch) {
     launch();
-    CHECK(cudaDeviceSynchronize());
+    ECHO_PROBE_CHECK(cudaDeviceSynchronize());
     std::vector<float> t;
     for (int r = 0; r < reps; ++r) {
-      CHECK(cudaEventRecord(a));
+      ECHO_PROBE_CHECK(cudaEventRecord(a));
       launch();
-      CHECK(cudaEventRecord(b));
-      CHECK(cudaEventSynchronize(b));
+      ECHO_PROBE_CHECK(cudaEventRecord(b));
+      ECHO_PROBE_CHECK(cudaEventSynchronize(b));
       float ms = 0;
-      CHECK(cudaEventElapsedTime(&ms, a, b));
+      ECHO_PROBE_CHECK(cudaEventElapsedTime(&ms, a, b));
       t.push_back(ms);
     }
     std::sort(t.begin(), t.end());
@@ -241,7 +240,7 @@ int main(int argc, char** argv) {
   std::printf("# %s, %d SMs, L2 %d MiB; x = %zu MiB bf16; median of %d after 1 warm-up\n", prop.name, sms,
               prop.l2CacheSize >> 20, mib, reps);
   std::printf("%-34s %10s %12s\n", "pass", "time (us)", "x GB/s");
-  const double memcpy_us = time([&] { CHECK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice)); });
+  const double memcpy_us = time([&] { ECHO_PROBE_CHECK(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice)); });
   std::printf("%-34s %10.1f %12.1f\n", "cudaMemcpy x -> y", memcpy_us, bytes / memcpy_us / 1e3);
   const double fused_us = time([&] { fused_kernel<<<sms * 8, 256>>>(x, y, bytes / 16); });
   std::printf("%-34s %10.1f %12.1f\n", "fused x -> y (no ring)", fused_us, bytes / fused_us / 1e3);
@@ -250,12 +249,12 @@ int main(int argc, char** argv) {
   for (size_t ring_mib : {1, 2, 4, 8, 16, 32, 64, 128, 0}) {
     size_t slots = ring_mib ? std::max<size_t>(1, (ring_mib << 20) / PACKET / pairs) * pairs : max_slots;  // a slot a pair at least
     if (slots > max_slots) slots = max_slots;
-    CHECK(cudaMemset(ready, 0, max_slots * 4));
-    CHECK(cudaMemset(freed, 0, max_slots * 4));
+    ECHO_PROBE_CHECK(cudaMemset(ready, 0, max_slots * 4));
+    ECHO_PROBE_CHECK(cudaMemset(freed, 0, max_slots * 4));
     // the flags hold chunk + 1 of the last use; every timed launch must start from zero
     const double us = time([&] {
-      CHECK(cudaMemsetAsync(ready, 0, slots * 4));
-      CHECK(cudaMemsetAsync(freed, 0, slots * 4));
+      ECHO_PROBE_CHECK(cudaMemsetAsync(ready, 0, slots * 4));
+      ECHO_PROBE_CHECK(cudaMemsetAsync(freed, 0, slots * 4));
       ring_kernel<<<blocks, 256>>>(x, y, ring, ready, freed, chunks, slots);
     });
     char name[64];
@@ -283,6 +282,6 @@ int main(int argc, char** argv) {
       std::snprintf(name, sizeof name, "exchange, lag %u%s", lag, drop ? ", discard" : "");
       std::printf("%-34s %10.1f %12.1f\n", name, us, bytes / us / 1e3);
     }
-  CHECK(cudaGetLastError());
+  ECHO_PROBE_CHECK(cudaGetLastError());
   return 0;
 }
