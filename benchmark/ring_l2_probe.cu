@@ -68,6 +68,30 @@ __device__ __forceinline__ void decode(const uint4& code, uint4* dst) {
   }
 }
 
+// In-band readiness: lane 7 of every 8 writes the line's last 8 bytes as (tag, epoch) in the
+// same 16-byte store as its payload; a reader re-reads the warp's four lines (one load
+// instruction reads a whole line) until all four carry the tag, then (drop) discards them.
+__device__ __forceinline__ void put_line(uint4* line, uint4 code, unsigned tag, unsigned epoch, int lane) {
+  if ((lane & 7) == 7) code.z = tag, code.w = epoch;
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(line), "r"(code.x), "r"(code.y), "r"(code.z),
+               "r"(code.w)
+               : "memory");
+}
+__device__ __forceinline__ uint4 get_line(const uint4* line, unsigned tag, unsigned epoch, int lane, bool drop) {
+  uint4 code;
+  for (;;) {
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(code.x), "=r"(code.y), "=r"(code.z), "=r"(code.w)
+                 : "l"(line)
+                 : "memory");
+    const bool mine = (lane & 7) != 7 || (code.z == tag && code.w == epoch);
+    if (__all_sync(0xffffffffu, __shfl_sync(0xffffffffu, mine, lane | 7))) break;
+  }
+  if (drop && (lane & 7) == 0)
+    asm volatile("discard.global.L2 [%0], 128;" ::"l"(__cvta_generic_to_global(line)) : "memory");
+  return code;
+}
+
 // warps [0, W/2) of a block produce, [W/2, W) consume; ready[s] / freed[s] hold chunk + 1.
 __global__ void __launch_bounds__(256) ring_kernel(const uint4* x, uint4* y, unsigned char* ring, unsigned* ready,
                                                    unsigned* freed, size_t chunks, size_t slots) {
@@ -127,22 +151,9 @@ __global__ void __launch_bounds__(256) inband_kernel(const uint4* x, uint4* y, u
         while (it - done[q] >= ahead) {
         }
       uint4 code = encode(x + (c * CHUNK + lane * V) / 8);
-      if ((lane & 7) == 7) code.z = tag, code.w = epoch;
-      asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(line), "r"(code.x), "r"(code.y), "r"(code.z),
-                   "r"(code.w)
-                   : "memory");
+      put_line(line, code, tag, epoch, lane);
     } else {
-      uint4 code;
-      for (;;) {
-        asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(code.x), "=r"(code.y), "=r"(code.z), "=r"(code.w)
-                     : "l"(line)
-                     : "memory");
-        const bool mine = (lane & 7) != 7 || (code.z == tag && code.w == epoch);
-        if (__all_sync(0xffffffffu, __shfl_sync(0xffffffffu, mine, lane | 7))) break;
-      }
-      if (drop && (lane & 7) == 0)
-        asm volatile("discard.global.L2 [%0], 128;" ::"l"(__cvta_generic_to_global(line)) : "memory");
+      const uint4 code = get_line(line, tag, epoch, lane, drop);
       __syncwarp();
       if (lane == 0) done[q] = it + 1;
       decode(code, y + (c * CHUNK + lane * V) / 8);
@@ -165,26 +176,13 @@ __global__ void __launch_bounds__(256) exchange_kernel(const uint4* x, uint4* y,
     const size_t c = w + i * W;
     if (i < iters && c < chunks) {
       uint4 code = encode(x + (c * CHUNK + lane * V) / 8);
-      if ((lane & 7) == 7) code.z = static_cast<unsigned>(c) ^ (epoch << 24), code.w = epoch;
-      asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(ring + c * 32 + lane), "r"(code.x),
-                   "r"(code.y), "r"(code.z), "r"(code.w)
-                   : "memory");
+      put_line(ring + c * 32 + lane, code, static_cast<unsigned>(c) ^ (epoch << 24), epoch, lane);
     }
     const size_t d = partner + (i - lag) * W;
     if (i >= lag && d < chunks) {
       const uint4* line = ring + d * 32 + lane;
       const unsigned tag = static_cast<unsigned>(d) ^ (epoch << 24);
-      uint4 code;
-      for (;;) {
-        asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(code.x), "=r"(code.y), "=r"(code.z), "=r"(code.w)
-                     : "l"(line)
-                     : "memory");
-        const bool mine = (lane & 7) != 7 || (code.z == tag && code.w == epoch);
-        if (__all_sync(0xffffffffu, __shfl_sync(0xffffffffu, mine, lane | 7))) break;
-      }
-      if (drop && (lane & 7) == 0)
-        asm volatile("discard.global.L2 [%0], 128;" ::"l"(__cvta_generic_to_global(line)) : "memory");
+      const uint4 code = get_line(line, tag, epoch, lane, drop);
       decode(code, y + (d * CHUNK + lane * V) / 8);
     }
   }
