@@ -259,27 +259,23 @@ int main(int argc, char** argv) {
     std::snprintf(name, sizeof name, "ring %.1f MiB%s", slots * PACKET / 1048576.0, ring_mib ? "" : " (no reuse)");
     std::printf("%-34s %10.1f %12.1f\n", name, us, bytes / us / 1e3);
   }
+  // the in-band kernels: every launch a new epoch, so no flag needs resetting
   unsigned epoch = 0;
+  auto inband = [&](const char* what, unsigned knob, bool drop, auto&& launch) {
+    const double us = time([&] { launch(++epoch & 0xFFu); });
+    char name[64];
+    std::snprintf(name, sizeof name, "%s %u%s", what, knob, drop ? ", discard" : "");
+    std::printf("%-34s %10.1f %12.1f\n", name, us, bytes / us / 1e3);
+  };
+  uint4* const lines = reinterpret_cast<uint4*>(ring);
   for (unsigned ahead : {0u, 1u, 2u, 4u, 8u})
-    for (bool drop : {false, true}) {
-      const double us = time([&] {
-        ++epoch;
-        inband_kernel<<<blocks, 256>>>(x, y, reinterpret_cast<uint4*>(ring), chunks, epoch & 0xFFu, drop, ahead);
-      });
-      char name[64];
-      std::snprintf(name, sizeof name, "in-band, ahead %u%s", ahead, drop ? ", discard" : "");
-      std::printf("%-34s %10.1f %12.1f\n", name, us, bytes / us / 1e3);
-    }
+    for (bool drop : {false, true})
+      inband("in-band, ahead", ahead, drop,
+             [&](unsigned e) { inband_kernel<<<blocks, 256>>>(x, y, lines, chunks, e, drop, ahead); });
   for (unsigned lag : {1u, 2u, 4u})
-    for (bool drop : {false, true}) {
-      const double us = time([&] {
-        ++epoch;
-        exchange_kernel<<<blocks, 256>>>(x, y, reinterpret_cast<uint4*>(ring), chunks, epoch & 0xFFu, lag, drop);
-      });
-      char name[64];
-      std::snprintf(name, sizeof name, "exchange, lag %u%s", lag, drop ? ", discard" : "");
-      std::printf("%-34s %10.1f %12.1f\n", name, us, bytes / us / 1e3);
-    }
+    for (bool drop : {false, true})
+      inband("exchange, lag", lag, drop,
+             [&](unsigned e) { exchange_kernel<<<blocks, 256>>>(x, y, lines, chunks, e, lag, drop); });
   ECHO_PROBE_CHECK(cudaGetLastError());
   return 0;
 }
