@@ -29,6 +29,7 @@
 #include "../detail/partition.cuh"
 #include "../detail/sync.cuh"
 #include "../error.cuh"
+#include "line_ring.cuh"
 #include "tile_stages.cuh"
 #include "workspace_layout.cuh"
 
@@ -238,6 +239,102 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     return wait_result::ok;
   };
 
+#if defined(ECHO_EXPERIMENT_LINES)
+  if constexpr (Cfg::policy::stage_lag > 0) {
+    // EXPERIMENT: the stages a sub-tile apart, packets in lines with in-band readiness
+    // (collective/line_ring.cuh). Step s of warp w is sub-tile s mod U of its tile w + (s / U) W;
+    // at step s the warp pushes step s, reduces step s - 1 and gathers step s - 2, every packet
+    // through slot (w, s mod R) of a ring of R = 4 slots a warp and peer: a slot is rewritten only
+    // after its reader moved on (at step s the writer has seen the reader's packet of step s - 2
+    // or later, and the reader read slot s - R by its step s - R + 2).
+    constexpr int LINES = line_format::lines(sub_bytes);
+    constexpr size_t R = 4, slot_bytes = size_t(LINES) * line_format::bytes;
+    __shared__ __align__(16) uint64_t staging[Cfg::warps][15 * LINES + 1];
+    uint64_t* const stg = staging[threadIdx.x / 32];
+    unsigned char* const stg_bytes = reinterpret_cast<unsigned char*>(stg);
+    const size_t wslot = static_cast<size_t>(warp) * R;
+    const auto recv_slot = [&](unsigned char* base, int sender, size_t s) {
+      return base + L.recv_slot(sender, 0, 0) + (wslot + s % R) * slot_bytes;
+    };
+    const auto gather_slot = [&](unsigned char* base, int owner, size_t s) {
+      return base + L.gather_slot(owner, 0, 0) + (wslot + s % R) * slot_bytes;
+    };
+    const size_t S = tiles0 > warp ? (tiles0 - warp + W - 1) / W * static_cast<size_t>(U) : 0;
+    // The first value of lane 0 of step s's sub-tile in segment j (false: none there).
+    const auto locate = [&](size_t s, int j, size_t& first, size_t& end) {
+      const size_t k = (warp + s / U * W) * static_cast<size_t>(U) + s % U;
+      const size_t len = part.size(j);
+      if (k * sub_elems >= len) return false;
+      first = part.begin(j) + k * sub_elems + static_cast<size_t>(lane) * V;
+      end = part.begin(j) + len;
+      return true;
+    };
+    constexpr bool drop = true;
+    for (size_t s = 0; s < S + 2 && why == wait_result::ok; ++s) {
+      size_t first = 0, end = 0;
+      if constexpr (stages::prefetch > 0) {
+        // this step's own sub-tile (reduced next step) and the next step's pushes
+        if (lane == 0) {
+          for (int j = 0; j < P; ++j) {
+            size_t f, e;
+            if (locate(j == me ? s : s + 1, j, f, e) && s + (j == me ? 0 : 1) < S)
+              stages::prefetch_inputs(p.in, st, f, min(e - f, sub_elems));
+          }
+        }
+      }
+      if (s < S) {
+        const uint64_t flag = detail::line_flag(epoch, p.sig, static_cast<uint32_t>(s));
+        for (int d = 1; d < P; ++d) {
+          const int j = (me + d) % P;
+          if (!locate(s, j, first, end)) continue;
+          const int valid = detail::valid_count(first, end, V);
+          const auto r = stages::push(stages::fetch(p.in, st, first, valid), st, p.store_send_errors, first, valid);
+          __syncwarp();
+          Cfg::codec::store(stg_bytes, r, lane, valid);
+          __syncwarp();
+          detail::put_lines<LINES>(recv_slot(p.peer[j], me, s), stg, flag, lane);
+        }
+      }
+      if (s >= 1 && s - 1 < S && locate(s - 1, me, first, end)) {
+        const uint32_t step = static_cast<uint32_t>(s - 1);
+        // every receipt there before any output is written (a failed wait leaves out untouched)
+        for (int i = 0; i < P && why == wait_result::ok; ++i)
+          if (i != me) {
+            __syncwarp();
+            why = detail::get_lines<LINES>(stg, recv_slot(p.local, i, s - 1), epoch, p.sig, step, abort,
+                                            p.spin_limit_ns, lane, false);
+          }
+        if (why != wait_result::ok) break;
+        const int valid = detail::valid_count(first, end, V);
+        const auto r = stages::template reduce<cub::LOAD_DEFAULT>(
+            stages::fetch(p.in, st, first, valid), st, p.out, first, valid, me, P, lane, [&](int i) {
+              __syncwarp();
+              (void)detail::get_lines<LINES>(stg, recv_slot(p.local, i, s - 1), epoch, p.sig, step, abort,
+                                             p.spin_limit_ns, lane, drop);
+              __syncwarp();
+              return static_cast<const unsigned char*>(stg_bytes);
+            });
+        __syncwarp();
+        Cfg::codec::store(stg_bytes, r, lane, valid);
+        __syncwarp();
+        const uint64_t flag = detail::line_flag(epoch, p.sig, step);
+        for (int d = 1; d < P; ++d) detail::put_lines<LINES>(gather_slot(p.peer[(me + d) % P], me, s - 1), stg, flag, lane);
+      }
+      if (s >= 2 && s - 2 < S) {
+        for (int d = 1; d < P && why == wait_result::ok; ++d) {
+          const int j = (me + d) % P;
+          if (!locate(s - 2, j, first, end)) continue;
+          __syncwarp();
+          why = detail::get_lines<LINES>(stg, gather_slot(p.local, j, s - 2), epoch, p.sig, static_cast<uint32_t>(s - 2),
+                                          abort, p.spin_limit_ns, lane, drop);
+          __syncwarp();
+          if (why == wait_result::ok)
+            stages::template gather<cub::LOAD_DEFAULT>(stg_bytes, p.out, first, detail::valid_count(first, end, V), lane);
+        }
+      }
+    }
+  } else
+#endif
   if constexpr (Cfg::policy::stage_lag > 0) {
     // Stages of different tiles in one loop (see the top of the file); tiles [0, tiles0).
     for (tile_index t = warp;; t += W) {

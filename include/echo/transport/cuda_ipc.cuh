@@ -443,6 +443,28 @@ struct cuda_ipc {
       in.sub_bytes = Cfg::sub_bytes;
       in.stage_lag = static_cast<size_t>(Pol::stage_lag);
       in.spread_warps = spread_warps;
+#if defined(ECHO_EXPERIMENT_LINES)
+      if constexpr (Pol::stage_lag > 0) {
+        // EXPERIMENT: line rings of 4 slots a warp (collective/pipeline_kernel.cuh)
+        using echo::detail::ceil_div;
+        plan r;
+        size_t U = std::min(in.u_max, std::max<size_t>(1, in.subs0 / (4 * in.resident)));
+        U = std::max(U, ceil_div(in.subs0, in.flag_tiles));
+        r.U = U;
+        r.tiles0 = ceil_div(in.subs0, U);
+        const size_t slot = static_cast<size_t>(collective::line_format::lines(Cfg::sub_bytes)) * collective::line_format::bytes;
+        const size_t fit = layout_.ring_bytes / (4 * slot) / in.block_warps;  // blocks the rings hold
+        const size_t blocks = std::min(ceil_div(std::min(in.resident, r.tiles0), in.block_warps), fit);
+        if (blocks == 0) {
+          r.why = "the workspace ring holds too few line slots: raise workspace_bytes";
+          return r;
+        }
+        r.grid = static_cast<int>(blocks);
+        r.warps = blocks * in.block_warps;
+        r.ring = 4;
+        return r;
+      }
+#endif
       return collective::make_plan(in);
     }
 
@@ -469,6 +491,9 @@ struct cuda_ipc {
                   .add(static_cast<uint64_t>(Pol::blocks_per_sm))
                   .add(static_cast<uint64_t>(Pol::lane_values))
                   .add(static_cast<uint64_t>(Pol::flag_elems))
+#if defined(ECHO_EXPERIMENT_LINES)
+                  .add(static_cast<uint64_t>(pl.grid))  // line slots are a warp's
+#endif
                   .add(1)
                   .value();
       p.subtiles = static_cast<int>(pl.U);
