@@ -6,7 +6,8 @@
 # (P = 2 on one GPU): instructions and HBM bytes a value are the kernel's, the time is not a link
 # time (the "peer" stores stay on the GPU).
 #   scripts/pipeline-profile.sh [BUILD_DIR] [OUT_DIR] [SIZES]   (SIZES default "256M 1G")
-# ECHO_PROFILE_RANKS (default 2) ranks; ECHO_PROFILE_CONFIGS picks configurations by name.
+# ECHO_PROFILE_RANKS (default 2) ranks; ECHO_PROFILE_CONFIGS picks configurations by name;
+# ECHO_PROFILE_FLAGS: more echo-perf flags for every run (e.g. "-W 0": the wide tier at every size).
 # Exits 1 if any run failed (the table then shows what did run). Writes, per configuration and size, ncu's CSV (<cfg>-<size>.csv) and its log; perf-<cfg>.log
 # (echo-perf's own times and errors, no ncu, from 16 MiB); stalls-<cfg>.csv (why warps did not
 # issue, cycles an issued instruction by reason, the first size); resources.txt (cuobjdump: registers, stack and local memory of every kernel); and
@@ -33,7 +34,7 @@ cuobjdump --dump-resource-usage "$bin" > "$out/resources.txt" 2>&1 || true
 read -r first _ <<<"$sizes"
 for c in "${configs[@]}"; do
   name=${c%%:*}
-  flags=${c#*:}
+  flags="${c#*:} ${ECHO_PROFILE_FLAGS:-}"
   [[ " ${ECHO_PROFILE_CONFIGS:-$name} " == *" $name "* ]] || continue
   # shellcheck disable=SC2086  # flags are words
   timeout 300 "$bin" -g "$ranks" -S 1 -N 0 -b 16M -e 1G -f 4 -n 20 -w 5 $flags > "$out/perf-$name.log" 2>&1 ||
