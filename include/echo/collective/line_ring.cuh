@@ -38,7 +38,11 @@ __device__ __forceinline__ uint64_t line_flag(uint32_t epoch, uint32_t sig, uint
   return (static_cast<uint64_t>(epoch) << 32) | (sig + step * line_step_mul);
 }
 
-/// Write the packet staged in shared memory (stg: 15 * LINES + 1 words) as LINES lines at dst.
+/// Words of a warp's staging buffer in shared memory: a packet of LINES lines, padded to 16 bytes.
+template <int LINES>
+constexpr int staging_words = (15 * LINES + 2) & ~1;
+
+/// Write the packet staged in shared memory (stg: staging_words<LINES>) as LINES lines at dst.
 template <int LINES>
 __device__ __forceinline__ void put_lines(unsigned char* dst, const uint64_t* stg, uint64_t flag, int lane) {
   const int pos = 2 * (lane & 7);
@@ -70,8 +74,9 @@ __device__ __forceinline__ bool line_mismatch(uint64_t seen, uint32_t epoch, uin
 
 /// Read the LINES lines at src into shared memory (stg) once every line shows `flag`; gives up
 /// on a mismatched flag, an abort or the spin limit (every lane returns the same). `drop`:
-/// discard each line from L2 once read, so it is never written back to memory.
-template <int LINES>
+/// discard each line from L2 once read, so it is never written back to memory. Copy false: only
+/// wait (the flag lanes read the flags alone; stg and drop unused).
+template <int LINES, bool Copy = true>
 __device__ __forceinline__ echo::detail::wait_result get_lines(uint64_t* stg, const unsigned char* src, uint32_t epoch,
                                                                uint32_t sig, uint32_t step, const uint32_t* abort,
                                                                uint64_t limit_ns, int lane, bool drop) {
@@ -86,11 +91,15 @@ __device__ __forceinline__ echo::detail::wait_result get_lines(uint64_t* stg, co
 #pragma unroll
     for (int r = 0; r < ROUNDS; ++r) {
       const int k = 4 * r + (lane >> 3);
-      if (k < LINES) {
-        asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"
-                     : "=l"(a[r]), "=l"(b[r])
-                     : "l"(src + k * 128 + pos * 8)
-                     : "memory");
+      if (k < LINES && (Copy || pos == 14)) {
+        if (Copy) {
+          asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"
+                       : "=l"(a[r]), "=l"(b[r])
+                       : "l"(src + k * 128 + pos * 8)
+                       : "memory");
+        } else {
+          asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(b[r]) : "l"(src + k * 128 + 120) : "memory");
+        }
         if (pos == 14 && b[r] != flag) {
           ready = false;
           bad |= line_mismatch(b[r], epoch, sig, step);
@@ -111,14 +120,16 @@ __device__ __forceinline__ echo::detail::wait_result get_lines(uint64_t* stg, co
       if (give_up) return give_up == 1 ? wait_result::abort : wait_result::timeout;
     }
   }
+  if constexpr (Copy) {
 #pragma unroll
-  for (int r = 0; r < ROUNDS; ++r) {
-    const int k = 4 * r + (lane >> 3);
-    if (k < LINES) {
-      stg[15 * k + pos] = a[r];
-      if (pos != 14) stg[15 * k + pos + 1] = b[r];
-      if (drop && pos == 0)
-        asm volatile("discard.global.L2 [%0], 128;" ::"l"(__cvta_generic_to_global(src + k * 128)) : "memory");
+    for (int r = 0; r < ROUNDS; ++r) {
+      const int k = 4 * r + (lane >> 3);
+      if (k < LINES) {
+        stg[15 * k + pos] = a[r];
+        if (pos != 14) stg[15 * k + pos + 1] = b[r];
+        if (drop && pos == 0)
+          asm volatile("discard.global.L2 [%0], 128;" ::"l"(__cvta_generic_to_global(src + k * 128)) : "memory");
+      }
     }
   }
   return wait_result::ok;

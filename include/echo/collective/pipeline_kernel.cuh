@@ -249,15 +249,15 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     // or later, and the reader read slot s - R by its step s - R + 2).
     constexpr int LINES = line_format::lines(sub_bytes);
     constexpr size_t R = 4, slot_bytes = size_t(LINES) * line_format::bytes;
-    __shared__ __align__(16) uint64_t staging[Cfg::warps][15 * LINES + 1];
+    __shared__ __align__(16) uint64_t staging[Cfg::warps][detail::staging_words<LINES>];
     uint64_t* const stg = staging[threadIdx.x / 32];
     unsigned char* const stg_bytes = reinterpret_cast<unsigned char*>(stg);
     const size_t wslot = static_cast<size_t>(warp) * R;
     const auto recv_slot = [&](unsigned char* base, int sender, size_t s) {
-      return base + L.recv_slot(sender, 0, 0) + (wslot + s % R) * slot_bytes;
+      return base + L.recv_line_ring(sender) + (wslot + s % R) * slot_bytes;
     };
     const auto gather_slot = [&](unsigned char* base, int owner, size_t s) {
-      return base + L.gather_slot(owner, 0, 0) + (wslot + s % R) * slot_bytes;
+      return base + L.gather_line_ring(owner) + (wslot + s % R) * slot_bytes;
     };
     const size_t S = tiles0 > warp ? (tiles0 - warp + W - 1) / W * static_cast<size_t>(U) : 0;
     // The first value of lane 0 of step s's sub-tile in segment j (false: none there).
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       end = part.begin(j) + len;
       return true;
     };
-    constexpr bool drop = true;
+    constexpr bool drop = ECHO_EXPERIMENT_LINES != 2;  // 2: no discard
     for (size_t s = 0; s < S + 2 && why == wait_result::ok; ++s) {
       size_t first = 0, end = 0;
       if constexpr (stages::prefetch > 0) {
@@ -301,8 +301,8 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
         for (int i = 0; i < P && why == wait_result::ok; ++i)
           if (i != me) {
             __syncwarp();
-            why = detail::get_lines<LINES>(stg, recv_slot(p.local, i, s - 1), epoch, p.sig, step, abort,
-                                            p.spin_limit_ns, lane, false);
+            why = detail::get_lines<LINES, false>(stg, recv_slot(p.local, i, s - 1), epoch, p.sig, step, abort,
+                                                   p.spin_limit_ns, lane, false);
           }
         if (why != wait_result::ok) break;
         const int valid = detail::valid_count(first, end, V);

@@ -232,6 +232,9 @@ struct cuda_ipc {
       layout_.flag_tiles = std::max<size_t>(64, echo::detail::ceil_div(max_seg, min_flag_elems) + 1);
       layout_.oneshot_bytes = oneshot_bytes;
       layout_.ring_bytes = std::max(min_ring_bytes, opt.workspace_bytes / (2 * static_cast<size_t>(P)) & ~size_t(255));
+#if defined(ECHO_EXPERIMENT_LINES)
+      layout_.line_bytes = std::max({line_ring_bytes<Quant>(), line_ring_bytes<quant::none>(), size_t(256)});
+#endif
       colocated_ = ranks_per_context(comm) > 1;
       if (colocated_) layout_.ring_bytes = std::max(layout_.ring_bytes, one_launch_ring_bytes(max_seg));
       buffer_ = std::make_unique<symmetric_buffer>(comm, layout_.total());
@@ -407,6 +410,25 @@ struct cuda_ipc {
       return subs * Cfg::sub_bytes;
     }
 
+#if defined(ECHO_EXPERIMENT_LINES)
+    /// One peer's line ring for the wide kernels through Q: 4 slots for every warp a GPU holds.
+    template <class Q>
+    size_t line_ring_bytes() const {
+      if constexpr (!has_wide<Q>) {
+        return 0;
+      } else {
+        using Pol = Wide<Q>;
+        const auto slot = [](size_t sub_bytes) {
+          return static_cast<size_t>(collective::line_format::lines(sub_bytes)) * collective::line_format::bytes;
+        };
+        const size_t most = std::max({slot(collective::tile_config<Q, float, Comp, Pol>::sub_bytes),
+                                      slot(collective::tile_config<Q, half_t, Comp, Pol>::sub_bytes),
+                                      slot(collective::tile_config<Q, bfloat16_t, Comp, Pol>::sub_bytes)});
+        return static_cast<size_t>(sms_) * Pol::blocks_per_sm * (Pol::threads / 32) * 4 * most;
+      }
+    }
+#endif
+
     template <class Pol, class Q, class T>
     void preload_kernel() const {
       constexpr auto kernel = collective::pipeline_kernel<collective::tile_config<Q, T, Comp, Pol>>;
@@ -453,7 +475,7 @@ struct cuda_ipc {
         r.U = U;
         r.tiles0 = ceil_div(in.subs0, U);
         const size_t slot = static_cast<size_t>(collective::line_format::lines(Cfg::sub_bytes)) * collective::line_format::bytes;
-        const size_t fit = layout_.ring_bytes / (4 * slot) / in.block_warps;  // blocks the rings hold
+        const size_t fit = layout_.line_bytes / (4 * slot) / in.block_warps;  // blocks the rings hold
         const size_t blocks = std::min(ceil_div(std::min(in.resident, r.tiles0), in.block_warps), fit);
         if (blocks == 0) {
           r.why = "the workspace ring holds too few line slots: raise workspace_bytes";
