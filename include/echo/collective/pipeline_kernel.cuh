@@ -251,8 +251,11 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
 #ifndef ECHO_LINES_K
 #define ECHO_LINES_K 1
 #endif
+#ifndef ECHO_LINES_LAG
+#define ECHO_LINES_LAG 1
+#endif
     constexpr int LINES = line_format::lines(sub_bytes), K = ECHO_LINES_K;
-    constexpr size_t R = 4, slot_bytes = size_t(LINES) * line_format::bytes;
+    constexpr size_t LG = ECHO_LINES_LAG, R = 2 * LG + 2, slot_bytes = size_t(LINES) * line_format::bytes;
     __shared__ __align__(16) uint64_t staging[Cfg::warps][detail::staging_words<LINES>];
     uint64_t* const stg = staging[threadIdx.x / 32];
     unsigned char* const stg_bytes = reinterpret_cast<unsigned char*>(stg);
@@ -271,7 +274,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       return true;
     };
     constexpr bool drop = ECHO_EXPERIMENT_LINES != 2;  // 2: no discard
-    for (size_t s = 0; s < S + 2 && why == wait_result::ok; ++s) {
+    for (size_t s = 0; s < S + 2 * LG && why == wait_result::ok; ++s) {
       size_t first = 0, end = 0;
       if constexpr (stages::prefetch > 0) {
         // this step's own sub-tiles (reduced next step) and the next step's pushes
@@ -279,7 +282,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
           for (int q = 0; q < K; ++q)
             for (int j = 0; j < P; ++j) {
               size_t f, e;
-              if (locate((j == me ? s : s + 1) * K + q, j, f, e)) stages::prefetch_inputs(p.in, st, f, min(e - f, sub_elems));
+              if (locate((j == me ? s + 1 - LG : s + 1) * K + q, j, f, e) && (j != me || s + 1 >= LG)) stages::prefetch_inputs(p.in, st, f, min(e - f, sub_elems));
             }
         }
       }
@@ -299,9 +302,9 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
           }
         }
       }
-      if (s >= 1 && s - 1 < S) {
+      if (s >= LG && s - LG < S) {
         for (int q = 0; q < K && why == wait_result::ok; ++q) {
-          const size_t v = (s - 1) * K + q;
+          const size_t v = (s - LG) * K + q;
           if (!locate(v, me, first, end)) break;
           const uint32_t step = static_cast<uint32_t>(v);
           // every receipt there before any output is written (a failed wait leaves out untouched)
@@ -326,9 +329,9 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
           for (int d = 1; d < P; ++d) detail::put_lines<LINES>(gather_slot(p.peer[(me + d) % P], me, v), stg, flag, lane);
         }
       }
-      if (s >= 2 && s - 2 < S) {
+      if (s >= 2 * LG && s - 2 * LG < S) {
         for (int q = 0; q < K && why == wait_result::ok; ++q) {
-          const size_t v = (s - 2) * K + q;
+          const size_t v = (s - 2 * LG) * K + q;
           for (int d = 1; d < P && why == wait_result::ok; ++d) {
             const int j = (me + d) % P;
             if (!locate(v, j, first, end)) continue;

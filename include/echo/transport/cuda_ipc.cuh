@@ -424,7 +424,7 @@ struct cuda_ipc {
         const size_t most = std::max({slot(collective::tile_config<Q, float, Comp, Pol>::sub_bytes),
                                       slot(collective::tile_config<Q, half_t, Comp, Pol>::sub_bytes),
                                       slot(collective::tile_config<Q, bfloat16_t, Comp, Pol>::sub_bytes)});
-        return static_cast<size_t>(sms_) * Pol::blocks_per_sm * (Pol::threads / 32) * 4 * ECHO_LINES_K * most;
+        return static_cast<size_t>(sms_) * Pol::blocks_per_sm * (Pol::threads / 32) * (2 * ECHO_LINES_LAG + 2) * ECHO_LINES_K * most;
       }
     }
 #endif
@@ -475,7 +475,7 @@ struct cuda_ipc {
         r.U = U;
         r.tiles0 = ceil_div(in.subs0, U);
         const size_t slot = static_cast<size_t>(collective::line_format::lines(Cfg::sub_bytes)) * collective::line_format::bytes;
-        const size_t fit = layout_.line_bytes / (4 * ECHO_LINES_K * slot) / in.block_warps;  // blocks the rings hold
+        const size_t fit = layout_.line_bytes / ((2 * ECHO_LINES_LAG + 2) * ECHO_LINES_K * slot) / in.block_warps;  // blocks the rings hold
         const size_t blocks = std::min(ceil_div(std::min(in.resident, r.tiles0), in.block_warps), fit);
         if (blocks == 0) {
           r.why = "the workspace ring holds too few line slots: raise workspace_bytes";
@@ -483,7 +483,7 @@ struct cuda_ipc {
         }
         r.grid = static_cast<int>(blocks);
         r.warps = blocks * in.block_warps;
-        r.ring = 4;
+        r.ring = 2 * ECHO_LINES_LAG + 2;
         return r;
       }
 #endif
