@@ -29,7 +29,6 @@
 #include "../detail/partition.cuh"
 #include "../detail/sync.cuh"
 #include "../error.cuh"
-#include "line_ring.cuh"
 #include "tile_stages.cuh"
 #include "workspace_layout.cuh"
 
@@ -239,114 +238,6 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     return wait_result::ok;
   };
 
-#if defined(ECHO_EXPERIMENT_LINES)
-  if constexpr (Cfg::policy::stage_lag > 0) {
-    // EXPERIMENT: the stages a step of K sub-tiles apart, packets in lines with in-band readiness
-    // (collective/line_ring.cuh). A warp's sub-tiles v = 0, 1, ... are sub-tile v mod U of its
-    // tile w + (v / U) W; step s holds v in [s K, s K + K). At step s the warp pushes step s,
-    // reduces step s - 1 and gathers step s - 2, every packet through slot (w, s mod R) of a ring
-    // of R = 4 slots (K packets each) a warp and peer: a slot is rewritten only after its reader
-    // moved on (at step s the writer has seen the reader's packets of step s - 2 or later, and the
-    // reader read slot s - R by its step s - R + 2).
-#ifndef ECHO_LINES_K
-#define ECHO_LINES_K 1
-#endif
-#ifndef ECHO_LINES_LAG
-#define ECHO_LINES_LAG 1
-#endif
-    constexpr int LINES = line_format::lines(sub_bytes), K = ECHO_LINES_K;
-    constexpr size_t LG = ECHO_LINES_LAG, R = 2 * LG + 2, slot_bytes = size_t(LINES) * line_format::bytes;
-    __shared__ __align__(16) uint64_t staging[Cfg::warps][detail::staging_words<LINES>];
-    uint64_t* const stg = staging[threadIdx.x / 32];
-    unsigned char* const stg_bytes = reinterpret_cast<unsigned char*>(stg);
-    const auto slot_of = [&](size_t v) { return ((static_cast<size_t>(warp) * R + v / K % R) * K + v % K) * slot_bytes; };
-    const auto recv_slot = [&](unsigned char* base, int sender, size_t v) { return base + L.recv_line_ring(sender) + slot_of(v); };
-    const auto gather_slot = [&](unsigned char* base, int owner, size_t v) { return base + L.gather_line_ring(owner) + slot_of(v); };
-    const size_t V_all = tiles0 > warp ? (tiles0 - warp + W - 1) / W * static_cast<size_t>(U) : 0;  // sub-tiles
-    const size_t S = (V_all + K - 1) / K;                                                              // steps
-    // The first value of lane 0 of the warp's sub-tile v in segment j (false: none there).
-    const auto locate = [&](size_t v, int j, size_t& first, size_t& end) {
-      const size_t k = (warp + v / U * W) * static_cast<size_t>(U) + v % U;
-      const size_t len = part.size(j);
-      if (v >= V_all || k * sub_elems >= len) return false;
-      first = part.begin(j) + k * sub_elems + static_cast<size_t>(lane) * V;
-      end = part.begin(j) + len;
-      return true;
-    };
-    constexpr bool drop = ECHO_EXPERIMENT_LINES != 2;  // 2: no discard
-    for (size_t s = 0; s < S + 2 * LG && why == wait_result::ok; ++s) {
-      size_t first = 0, end = 0;
-      if constexpr (stages::prefetch > 0) {
-        // this step's own sub-tiles (reduced next step) and the next step's pushes
-        if (lane == 0) {
-          for (int q = 0; q < K; ++q)
-            for (int j = 0; j < P; ++j) {
-              size_t f, e;
-              if (locate((j == me ? s + 1 - LG : s + 1) * K + q, j, f, e) && (j != me || s + 1 >= LG)) stages::prefetch_inputs(p.in, st, f, min(e - f, sub_elems));
-            }
-        }
-      }
-      if (s < S) {
-        for (int q = 0; q < K; ++q) {
-          const size_t v = s * K + q;
-          const uint64_t flag = detail::line_flag(epoch, p.sig, static_cast<uint32_t>(v));
-          for (int d = 1; d < P; ++d) {
-            const int j = (me + d) % P;
-            if (!locate(v, j, first, end)) continue;
-            const int valid = detail::valid_count(first, end, V);
-            const auto r = stages::push(stages::fetch(p.in, st, first, valid), st, p.store_send_errors, first, valid);
-            __syncwarp();
-            Cfg::codec::store(stg_bytes, r, lane, valid);
-            __syncwarp();
-            detail::put_lines<LINES>(recv_slot(p.peer[j], me, v), stg, flag, lane);
-          }
-        }
-      }
-      if (s >= LG && s - LG < S) {
-        for (int q = 0; q < K && why == wait_result::ok; ++q) {
-          const size_t v = (s - LG) * K + q;
-          if (!locate(v, me, first, end)) break;
-          const uint32_t step = static_cast<uint32_t>(v);
-          // every receipt there before any output is written (a failed wait leaves out untouched)
-          for (int i = 0; i < P && why == wait_result::ok; ++i)
-            if (i != me)
-              why = detail::get_lines<LINES, false>(stg, recv_slot(p.local, i, v), epoch, p.sig, step, abort,
-                                                     p.spin_limit_ns, lane, false);
-          if (why != wait_result::ok) break;
-          const int valid = detail::valid_count(first, end, V);
-          const auto r = stages::template reduce<cub::LOAD_DEFAULT>(
-              stages::fetch(p.in, st, first, valid), st, p.out, first, valid, me, P, lane, [&](int i) {
-                __syncwarp();
-                (void)detail::get_lines<LINES>(stg, recv_slot(p.local, i, v), epoch, p.sig, step, abort,
-                                               p.spin_limit_ns, lane, drop);
-                __syncwarp();
-                return static_cast<const unsigned char*>(stg_bytes);
-              });
-          __syncwarp();
-          Cfg::codec::store(stg_bytes, r, lane, valid);
-          __syncwarp();
-          const uint64_t flag = detail::line_flag(epoch, p.sig, step);
-          for (int d = 1; d < P; ++d) detail::put_lines<LINES>(gather_slot(p.peer[(me + d) % P], me, v), stg, flag, lane);
-        }
-      }
-      if (s >= 2 * LG && s - 2 * LG < S) {
-        for (int q = 0; q < K && why == wait_result::ok; ++q) {
-          const size_t v = (s - 2 * LG) * K + q;
-          for (int d = 1; d < P && why == wait_result::ok; ++d) {
-            const int j = (me + d) % P;
-            if (!locate(v, j, first, end)) continue;
-            __syncwarp();
-            why = detail::get_lines<LINES>(stg, gather_slot(p.local, j, v), epoch, p.sig, static_cast<uint32_t>(v), abort,
-                                            p.spin_limit_ns, lane, drop);
-            __syncwarp();
-            if (why == wait_result::ok)
-              stages::template gather<cub::LOAD_DEFAULT>(stg_bytes, p.out, first, detail::valid_count(first, end, V), lane);
-          }
-        }
-      }
-    }
-  } else
-#endif
   if constexpr (Cfg::policy::stage_lag > 0) {
     // Stages of different tiles in one loop (see the top of the file); tiles [0, tiles0).
     for (tile_index t = warp;; t += W) {

@@ -221,14 +221,12 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
     if (lane == 0) *reinterpret_cast<quant::wire_params*>(packet + pk::param_offset(32 / LANES, g)) = r.w;
   }
 
-  /// Dequantize lane `t`'s share of a packet a peer wrote (M: how it is read; LOAD_DEFAULT for a
-  /// packet staged in shared memory).
-  template <cub::CacheLoadModifier M = cub::LOAD_CG>
+  /// Dequantize lane `t`'s share of a packet a peer wrote.
   __device__ __forceinline__ static void load(const unsigned char* packet, int t, float (&v)[V]) {
     const int g = t / LANES, lane = t % LANES;
     uint32_t words[WORDS];
-    echo::detail::load_words<WORDS, M>(packet + pk::code_offset(g) + lane * WORDS * 4, words);
-    const uint32_t raw = cub::ThreadLoad<M>(
+    echo::detail::load_words<WORDS, cub::LOAD_CG>(packet + pk::code_offset(g) + lane * WORDS * 4, words);
+    const uint32_t raw = cub::ThreadLoad<cub::LOAD_CG>(
         reinterpret_cast<uint32_t*>(const_cast<unsigned char*>(packet) + pk::param_offset(32 / LANES, g)));
     const quant::group_params p = Q::unpack({static_cast<uint16_t>(raw & 0xFFFFu), static_cast<uint16_t>(raw >> 16)});
     if constexpr (Q::affine_decode && bits == 4) {
@@ -272,9 +270,8 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<!Q::quantizes>> {
   __device__ __forceinline__ static void store(unsigned char* packet, const packed& r, int t, int valid) {
     if (valid > 0) echo::detail::store_floats<T, V>(reinterpret_cast<T*>(packet) + t * V, valid, r.v);
   }
-  template <cub::CacheLoadModifier M = cub::LOAD_CG>
   __device__ __forceinline__ static void load(const unsigned char* packet, int t, float (&v)[V]) {
-    echo::detail::load_floats<T, V, M>(reinterpret_cast<const T*>(packet) + t * V, V, v);
+    echo::detail::load_floats<T, V, cub::LOAD_CG>(reinterpret_cast<const T*>(packet) + t * V, V, v);
   }
 };
 

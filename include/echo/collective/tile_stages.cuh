@@ -169,19 +169,19 @@ struct tile_stages {
   /// B (reduce the own segment): S = the sum over ranks 0..P-1 in that order, in fp32, of the own
   /// x' (never quantized) and the receipts recv(i) (a packet pointer of sender i); quantize S
   /// once; write the own output and keep e = S - out. Returns the packet of S for every peer.
-  template <cub::CacheLoadModifier M = cub::LOAD_CG, class Recv>
+  template <class Recv>
   __device__ __forceinline__ static packed reduce(const operands& own, const state_ref& st, T* out, size_t first,
                                                   int valid, int me, int P, int lane, Recv&& recv) {
     float acc[V];
     if (me == 0) {
       entry(own, st, acc);
     } else {
-      codec::template load<M>(recv(0), lane, acc);
+      codec::load(recv(0), lane, acc);
     }
     for (int i = 1; i < P; ++i) {
       float term[V];
       if (i == me) entry(own, st, term);
-      else codec::template load<M>(recv(i), lane, term);
+      else codec::load(recv(i), lane, term);
 #pragma unroll
       for (int v = 0; v < V; ++v) acc[v] = echo::detail::add_rn(acc[v], term[v]);
     }
@@ -200,10 +200,9 @@ struct tile_stages {
   }
 
   /// C (gather): dequantize an owner's packet into the output.
-  template <cub::CacheLoadModifier M = cub::LOAD_CG>
   __device__ __forceinline__ static void gather(const unsigned char* packet, T* out, size_t first, int valid, int lane) {
     float v[V];
-    codec::template load<M>(packet, lane, v);
+    codec::load(packet, lane, v);
     if (valid > 0) echo::detail::store_floats<T, V>(out + first, valid, v);
   }
 };

@@ -21,14 +21,11 @@ namespace echo::collective {
 ///  [ one-shot:     2 halves x P x oneshot_bytes  ]  (its flags are recv_flag(i, block))
 ///  [ recv ring:    P x ring_bytes                ]  tile t of sender i at slot t mod R
 ///  [ gather ring:  P x ring_bytes                ]  tile t of owner j at slot t mod R
-///  [ recv lines:   P x line_bytes                ]  EXPERIMENT: line rings (collective/line_ring.cuh)
-///  [ gather lines: P x line_bytes                ]
 struct workspace_layout {
   int ranks = 0;
   size_t flag_tiles = 0;    ///< most tiles a segment can have (at max_elements, the finest tiles)
   size_t oneshot_bytes = 0; ///< largest one-shot message (0: no one-shot region)
   size_t ring_bytes = 0;    ///< bytes of one peer's ring (recv and gather rings alike)
-  size_t line_bytes = 0;    ///< bytes of one peer's line ring (recv and gather alike; 0: none)
 
   ECHO_HD static constexpr size_t align(size_t b) { return (b + 255) & ~size_t(255); }
 
@@ -37,12 +34,7 @@ struct workspace_layout {
   ECHO_HD size_t oneshot() const { return gather_flags() + align(static_cast<size_t>(ranks) * flag_tiles * 8); }
   ECHO_HD size_t recv_ring() const { return oneshot() + 2 * static_cast<size_t>(ranks) * align(oneshot_bytes); }
   ECHO_HD size_t gather_ring() const { return recv_ring() + static_cast<size_t>(ranks) * align(ring_bytes); }
-  ECHO_HD size_t recv_lines() const { return gather_ring() + static_cast<size_t>(ranks) * align(ring_bytes); }
-  ECHO_HD size_t gather_lines() const { return recv_lines() + static_cast<size_t>(ranks) * align(line_bytes); }
-  ECHO_HD size_t total() const { return gather_lines() + static_cast<size_t>(ranks) * align(line_bytes); }
-  /// Sender i's line ring / owner j's line ring.
-  ECHO_HD size_t recv_line_ring(int sender) const { return recv_lines() + sender * align(line_bytes); }
-  ECHO_HD size_t gather_line_ring(int owner) const { return gather_lines() + owner * align(line_bytes); }
+  ECHO_HD size_t total() const { return gather_ring() + static_cast<size_t>(ranks) * align(ring_bytes); }
 
   ECHO_HD size_t recv_flag(int sender, size_t tile) const { return recv_flags() + (sender * flag_tiles + tile) * 8; }
   ECHO_HD size_t gather_flag(int owner, size_t tile) const { return gather_flags() + (owner * flag_tiles + tile) * 8; }

@@ -232,9 +232,6 @@ struct cuda_ipc {
       layout_.flag_tiles = std::max<size_t>(64, echo::detail::ceil_div(max_seg, min_flag_elems) + 1);
       layout_.oneshot_bytes = oneshot_bytes;
       layout_.ring_bytes = std::max(min_ring_bytes, opt.workspace_bytes / (2 * static_cast<size_t>(P)) & ~size_t(255));
-#if defined(ECHO_EXPERIMENT_LINES)
-      layout_.line_bytes = std::max({line_ring_bytes<Quant>(), line_ring_bytes<quant::none>(), size_t(256)});
-#endif
       colocated_ = ranks_per_context(comm) > 1;
       if (colocated_) layout_.ring_bytes = std::max(layout_.ring_bytes, one_launch_ring_bytes(max_seg));
       buffer_ = std::make_unique<symmetric_buffer>(comm, layout_.total());
@@ -410,25 +407,6 @@ struct cuda_ipc {
       return subs * Cfg::sub_bytes;
     }
 
-#if defined(ECHO_EXPERIMENT_LINES)
-    /// One peer's line ring for the wide kernels through Q: 4 slots for every warp a GPU holds.
-    template <class Q>
-    size_t line_ring_bytes() const {
-      if constexpr (!has_wide<Q>) {
-        return 0;
-      } else {
-        using Pol = Wide<Q>;
-        const auto slot = [](size_t sub_bytes) {
-          return static_cast<size_t>(collective::line_format::lines(sub_bytes)) * collective::line_format::bytes;
-        };
-        const size_t most = std::max({slot(collective::tile_config<Q, float, Comp, Pol>::sub_bytes),
-                                      slot(collective::tile_config<Q, half_t, Comp, Pol>::sub_bytes),
-                                      slot(collective::tile_config<Q, bfloat16_t, Comp, Pol>::sub_bytes)});
-        return static_cast<size_t>(sms_) * Pol::blocks_per_sm * (Pol::threads / 32) * (2 * ECHO_LINES_LAG + 2) * ECHO_LINES_K * most;
-      }
-    }
-#endif
-
     template <class Pol, class Q, class T>
     void preload_kernel() const {
       constexpr auto kernel = collective::pipeline_kernel<collective::tile_config<Q, T, Comp, Pol>>;
@@ -465,28 +443,6 @@ struct cuda_ipc {
       in.sub_bytes = Cfg::sub_bytes;
       in.stage_lag = static_cast<size_t>(Pol::stage_lag);
       in.spread_warps = spread_warps;
-#if defined(ECHO_EXPERIMENT_LINES)
-      if constexpr (Pol::stage_lag > 0) {
-        // EXPERIMENT: line rings of 4 slots a warp (collective/pipeline_kernel.cuh)
-        using echo::detail::ceil_div;
-        plan r;
-        size_t U = std::min(in.u_max, std::max<size_t>(1, in.subs0 / (4 * in.resident)));
-        U = std::max(U, ceil_div(in.subs0, in.flag_tiles));
-        r.U = U;
-        r.tiles0 = ceil_div(in.subs0, U);
-        const size_t slot = static_cast<size_t>(collective::line_format::lines(Cfg::sub_bytes)) * collective::line_format::bytes;
-        const size_t fit = layout_.line_bytes / ((2 * ECHO_LINES_LAG + 2) * ECHO_LINES_K * slot) / in.block_warps;  // blocks the rings hold
-        const size_t blocks = std::min(ceil_div(std::min(in.resident, r.tiles0), in.block_warps), fit);
-        if (blocks == 0) {
-          r.why = "the workspace ring holds too few line slots: raise workspace_bytes";
-          return r;
-        }
-        r.grid = static_cast<int>(blocks);
-        r.warps = blocks * in.block_warps;
-        r.ring = 2 * ECHO_LINES_LAG + 2;
-        return r;
-      }
-#endif
       return collective::make_plan(in);
     }
 
@@ -513,9 +469,6 @@ struct cuda_ipc {
                   .add(static_cast<uint64_t>(Pol::blocks_per_sm))
                   .add(static_cast<uint64_t>(Pol::lane_values))
                   .add(static_cast<uint64_t>(Pol::flag_elems))
-#if defined(ECHO_EXPERIMENT_LINES)
-                  .add(static_cast<uint64_t>(pl.grid))  // line slots are a warp's
-#endif
                   .add(1)
                   .value();
       p.subtiles = static_cast<int>(pl.U);
