@@ -23,6 +23,7 @@
 #include "communicator.cuh"
 #include "comp/none.cuh"
 #include "detail/cuda_check.cuh"
+#include "detail/dependent_launch.cuh"
 #include "detail/device_guard.cuh"
 #include "detail/partition.cuh"
 #include "detail/preload.cuh"
@@ -63,14 +64,10 @@ class all_reduce {
   /// options (checked: a rank that differs makes the constructor throw on every rank).
   all_reduce(const communicator& comm, size_t max_elements, options opt = {})
       : comm_(comm), max_elements_(max_elements), opt_(opt) {
-    const char* call = "echo::all_reduce";
-    ECHO_REQUIRE(max_elements > 0, call, "max_elements must be > 0");
-    ECHO_REQUIRE(std::isfinite(opt.spin_limit_seconds) && opt.spin_limit_seconds > 0 && opt.spin_limit_seconds <= 86400,
-                 call, "options.spin_limit_seconds must be in (0, 86400]");
-    ECHO_REQUIRE(opt.unquantized_below_bytes >= -1, call, "options.unquantized_below_bytes must be >= -1");
-    ECHO_REQUIRE(opt.wide_policy_from_bytes >= -1, call, "options.wide_policy_from_bytes must be >= -1");
     detail::device_guard guard(comm.device());
-    check_configuration();
+    // Arguments are judged before the first collective step but thrown after it, on every rank:
+    // a rank that threw alone would leave its peers waiting in the exchange.
+    check_configuration(argument_error(max_elements, opt));
     engine_ = std::make_unique<engine_type>(comm, max_elements, opt);
     if constexpr (Comp::keeps_state) {  // the deferred update's kernels (detail/preload.cuh)
       detail::preload_kernels(collective::update_kernel<collective::tile_config<Quant, float, Comp, Policy>>,
@@ -161,7 +158,7 @@ class all_reduce {
     if constexpr (!Comp::keeps_state) {
       return status::success;
     } else {
-      if (poisoned()) return status::poisoned;
+      if (poisoned()) return poisoned_status();
       if (n == 0 || comm_.size() == 1) return status::success;
       if (const char* why = check_pointer(in, in_errors)) return fail(why);
       if (n > max_elements_) return fail("n: above max_elements");
@@ -210,6 +207,16 @@ class all_reduce {
     return status::invalid_argument;
   }
   bool poisoned() const { return check() != status::success; }
+  status poisoned_status() {
+    error_ = "an earlier call timed out, mismatched or failed to launch (see check()); rebuild the object";
+    return status::poisoned;
+  }
+  /// A CUDA runtime call of the host path failed: its own error, cleared (none left behind).
+  status cuda_failed(const char* what) {
+    (void)cudaGetLastError();
+    error_ = what;
+    return status::cuda_error;
+  }
 
   template <class T>
   status call(const T* in_t, T* out_t, size_t n, cudaStream_t stream, view_type state, state_update mode) {
@@ -217,10 +224,7 @@ class all_reduce {
     static_assert(is_element<E>::value, "echo::all_reduce: unsupported element type");
     const auto* in = reinterpret_cast<const E*>(in_t);
     auto* out = reinterpret_cast<E*>(out_t);
-    if (poisoned()) {
-      error_ = "an earlier call timed out or mismatched (see check()); rebuild the object";
-      return status::poisoned;
-    }
+    if (poisoned()) return poisoned_status();
     if (n == 0) return status::success;
     if (n > max_elements_) return fail("n: above max_elements");
     if (const char* why = check_pointer(in, in_errors)) return fail(why);
@@ -238,12 +242,12 @@ class all_reduce {
     detail::device_guard g(comm_.device());
     if (comm_.size() == 1) {
       if (in != out && cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
-        return status::cuda_error;
+        return cuda_failed("cudaMemcpyAsync (P = 1: out = in)");
       return status::success;
     }
     const bool capturing = is_capturing(stream);
     if (!capturing && last_stream_ != stream && calls_ > 0 && cudaStreamWaitEvent(stream, done_, 0) != cudaSuccess)
-      return status::cuda_error;
+      return cuda_failed("cudaStreamWaitEvent (ordering the call after the last one, made on another stream)");
     const bool unquantized = bytes < unquantized_below_;
     collective::call<E> c{in, out, n, Comp::keeps_state ? state.data() : nullptr, mode, call_signature<E>(n, unquantized),
                           capturing};
@@ -251,11 +255,11 @@ class all_reduce {
     if (unquantized) s = engine_->run_unquantized(c, stream);
     else s = engine_->template run<Quant>(c, stream);
     if (s != status::success) {
-      if (s == status::invalid_argument) error_ = engine_->last_error();
+      error_ = engine_->last_error();
       return s;
     }
     if (!capturing) {
-      if (cudaEventRecord(done_, stream) != cudaSuccess) return status::cuda_error;
+      if (cudaEventRecord(done_, stream) != cudaSuccess) return cuda_failed("cudaEventRecord (the call's completion)");
       last_stream_ = stream;
       ++calls_;
     }
@@ -277,9 +281,12 @@ class all_reduce {
   status launch_update(const E* in, size_t n, cudaStream_t stream, view_type state) {
     using Cfg = collective::tile_config<Q, E, Comp, Policy>;
     const int grid = std::max(1, sms() * Policy::blocks_per_sm);
-    collective::update_kernel<Cfg><<<grid, Policy::threads, 0, stream>>>(in, state.data(), n, detail::granule_of<Q>(),
-                                                                          comm_.rank(), comm_.size());
-    return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
+    // The launch's own status, not cudaGetLastError(): an error the caller left behind must not
+    // fail an update that ran (an echo::chain would stay pending).
+    if (detail::launch_dependent(collective::update_kernel<Cfg>, grid, Policy::threads, stream, false, in, state.data(), n,
+                                 detail::granule_of<Q>(), comm_.rank(), comm_.size()) != cudaSuccess)
+      return cuda_failed("the update kernel's launch");
+    return status::success;
   }
 
   static bool is_capturing(cudaStream_t stream) {
@@ -340,9 +347,21 @@ class all_reduce {
     return {W::threads, W::blocks_per_sm, W::flag_elems, W::stage_lag, W::lane_values};
   }
 
-  /// Every rank must have built the same object: compare what each rank built (collective).
-  void check_configuration() {
+  /// What is wrong with the constructor's arguments (null: nothing).
+  static const char* argument_error(size_t max_elements, const options& opt) {
+    if (max_elements == 0) return "max_elements must be > 0";
+    if (!(std::isfinite(opt.spin_limit_seconds) && opt.spin_limit_seconds > 0 && opt.spin_limit_seconds <= 86400))
+      return "options.spin_limit_seconds must be in (0, 86400]";
+    if (opt.unquantized_below_bytes < -1) return "options.unquantized_below_bytes must be >= -1";
+    if (opt.wide_policy_from_bytes < -1) return "options.wide_policy_from_bytes must be >= -1";
+    return nullptr;
+  }
+
+  /// Every rank must have built the same object: compare what each rank built (collective). A
+  /// rank whose own arguments are bad (bad_arguments) takes part, then every rank throws.
+  void check_configuration(const char* bad_arguments) {
     struct record {
+      uint64_t bad_arguments;
       uint64_t config;
       uint64_t max_elements;
       uint64_t workspace_bytes;
@@ -359,9 +378,13 @@ class all_reduce {
                           policy_shape<collective::mid_policy_t<Policy, Quant, Comp>>()})
       for (const int v : w) s.add(static_cast<uint64_t>(v));
     config_signature_ = s.wide();
-    const record mine{config_signature_, max_elements_, opt_.workspace_bytes, opt_.unquantized_below_bytes,
+    const record mine{bad_arguments ? 1u : 0u, config_signature_, max_elements_, opt_.workspace_bytes, opt_.unquantized_below_bytes,
                       opt_.wide_policy_from_bytes, opt_.mid_policy_from_bytes};
     const std::vector<record> all = comm_.all_gather(mine);
+    ECHO_REQUIRE(!bad_arguments, "echo::all_reduce", bad_arguments);
+    for (size_t r = 0; r < all.size(); ++r)
+      ECHO_REQUIRE(!all[r].bad_arguments, "echo::all_reduce",
+                   "rank " + std::to_string(r) + " was given invalid arguments (its own error says which)");
     for (size_t r = 0; r < all.size(); ++r) {
       const std::string who = "rank " + std::to_string(r) + " and rank " + std::to_string(comm_.rank()) + " ";
       ECHO_REQUIRE(all[r].config == mine.config, "echo::all_reduce",

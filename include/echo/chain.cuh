@@ -39,7 +39,7 @@ class chain_view {
   /// The largest n that fits.
   size_t capacity() const {
     if (!data_ || bytes_ < bytes_for(1)) return 0;
-    size_t lo = 1, hi = bytes_;  // bytes_for(n) >= n for every storage with state
+    size_t lo = 1, hi = 2 * bytes_;  // bytes_for(n) > n / 2 for every storage with state (4-bit codes: n / 2 + n / 16)
     while (lo < hi) {
       const size_t mid = lo + (hi - lo + 1) / 2;
       if (bytes_for(mid) <= bytes_) lo = mid;

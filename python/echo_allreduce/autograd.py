@@ -11,13 +11,34 @@ every reduce_from_tp and a backward chain to every copy_to_tp of a model (tp.Ten
 
 from __future__ import annotations
 
+import warnings
+
 import torch
+import torch.distributed as dist
+
+
+def _sum(x: torch.Tensor, comm, chain) -> torch.Tensor:
+    """x summed over the ranks, out of place: Echo's all-reduce when x fits it (comm.fits: dtype
+    and size, the same on every rank, so every rank takes the same path), else torch.distributed's
+    (exact; the chain untouched), where Echo would raise: a float64 tensor, more elements than
+    max_elements or the chain's capacity (a prefill longer than planned)."""
+    x = x.contiguous()
+    if comm.fits(x, chain):
+        if not torch.compiler.is_compiling() and x.data_ptr() % 16:
+            x = x.clone()  # a contiguous view at an odd offset: Echo needs 16-byte alignment
+        return comm.all_reduce(x, out=torch.empty_like(x), chain=chain)
+    if comm.backend != "off" and x.numel() > 0:
+        warnings.warn(f"echo_allreduce: {x.numel()} {x.dtype} elements do not fit this EchoAllReduce "
+                      f"(max_elements {comm.max_elements}, or the chain's capacity); summed by torch.distributed")
+    out = x.clone()
+    dist.all_reduce(out, group=comm.group)
+    return out
 
 
 class _ReduceFromTP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, comm, chain):
-        return comm.all_reduce(x.contiguous(), out=torch.empty_like(x, memory_format=torch.contiguous_format), chain=chain)
+        return _sum(x, comm, chain)
 
     @staticmethod
     def backward(ctx, grad):
@@ -33,8 +54,7 @@ class _CopyToTP(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        grad = grad.contiguous()
-        return ctx.comm.all_reduce(grad, out=torch.empty_like(grad), chain=ctx.chain), None, None
+        return _sum(grad, ctx.comm, ctx.chain), None, None
 
 
 def reduce_from_tp(x: torch.Tensor, comm, chain=None) -> torch.Tensor:

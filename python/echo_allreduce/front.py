@@ -5,7 +5,10 @@ Three backends, picked at construction:
 - ``cuda``: the ``torch.ops.echo`` ops on the current CUDA stream (an NCCL group, GPU tensors);
 - ``reference``: every rank all-gathers the ranks' tensors over the group and runs
   ``echo_allreduce.reference`` (the C++ host reference) on them, keeping this rank's output. Its
-  results are bit-identical to the ``cuda`` backend's; it runs on CPU (a gloo group) and is slow;
+  results are bit-identical to the ``cuda`` backend's given the same ``unquantized_below_bytes``:
+  it has no GPU and so no dispatch table, and the default (-1) quantizes every size there, where
+  the cuda backend sums small messages exactly (on 2 x H200 below 2 MiB). It runs on CPU (a gloo
+  group) and is slow;
 - ``off``: plain ``torch.distributed.all_reduce`` (``ECHO_ALLREDUCE=off``, see config.py).
 """
 
@@ -43,12 +46,18 @@ class _RefChain:
 
 
 _TAG_BYTES = 8  # comp::state_header::tag, the first field of a chain's state
+_ONESHOT_BYTES = 1 << 20  # transport::cuda_ipc's one-shot path (exact; the chain passes through it)
+
+# The state format of every chain new_chain() made, by id: a chain is memory in one storage's
+# format, and another object's calls would read it in theirs (the device cannot tell).
+_CHAIN_FORMATS: dict[int, tuple] = {}
 
 
 class _ChainInfo:
-    __slots__ = ("n", "pending")
+    __slots__ = ("n", "pending", "capacity")
 
     def __init__(self):
+        self.capacity = None  # elements, for a chain new_chain() made
         self.n = None  # n of the chain's last call
         self.pending = None  # (input data_ptr, n) of a deferred call awaiting update()
 
@@ -88,6 +97,7 @@ class EchoAllReduce:
         self.max_elements = int(max_elements)
         self.quant, self.bits, self.group_size = quant, int(bits), int(group_size)
         self.comp, self.storage, self.transport = comp, storage, transport
+        self.unquantized_below_bytes = int(unquantized_below_bytes)
         if comp not in ("none", "error_feedback"):
             raise ValueError(f"EchoAllReduce: comp must be 'none' or 'error_feedback', got {comp!r}")
         self.keeps_state = comp == "error_feedback"
@@ -136,8 +146,15 @@ class EchoAllReduce:
             chain = torch.zeros(self.state_bytes(capacity), dtype=torch.uint8, device=self.device)
         else:
             chain = torch.empty(0, dtype=torch.uint8)
-        self._info(chain)
+        self._info(chain).capacity = capacity
+        if self.keeps_state and self.backend == "cuda":
+            key = id(chain)
+            _CHAIN_FORMATS[key] = self._format()
+            weakref.finalize(chain, _CHAIN_FORMATS.pop, key, None)
         return chain
+
+    def _format(self) -> tuple:
+        return (self.comp, self.storage)
 
     def _info(self, chain) -> _ChainInfo:
         key = id(chain)
@@ -164,6 +181,26 @@ class EchoAllReduce:
                 return False
         return True
 
+    def fits(self, x: torch.Tensor, chain=None) -> bool:
+        """Whether all_reduce(x, chain=chain) takes x by what every rank of a tensor-parallel group
+        shares: dtype (float32 / float16 / bfloat16), size (1 to max_elements, and the chain's
+        capacity). The autograd functions send what does not fit to torch.distributed instead.
+        Device, layout and alignment are not judged here: a tensor on another device is an error,
+        and the callers make x contiguous and aligned."""
+        if self.backend == "off" or x.dtype not in _DTYPES:
+            return False
+        n = x.numel()
+        if not 0 < n <= self.max_elements:
+            return False
+        if self.keeps_state and chain is not None:
+            if self.backend == "reference":
+                return n <= chain.capacity
+            if not _compiling():  # (traced code skips it: the op still refuses a short chain)
+                info = self._chains.get(id(chain))
+                capacity = info.capacity if info is not None else None
+                return n <= capacity if capacity is not None else chain.numel() >= self.state_bytes(n)
+        return True
+
     def all_reduce(self, x: torch.Tensor, out: Optional[torch.Tensor] = None, chain=None, mode: str = "fused"):
         """out = sum of x over the ranks; in place (returns x) when out is None.
 
@@ -187,12 +224,16 @@ class EchoAllReduce:
         if self.keeps_state and chain is None:
             raise ValueError("EchoAllReduce.all_reduce: comp 'error_feedback' needs a chain (new_chain())")
         target = x if out is None else out
-        if not _compiling():
-            self._begin(chain, x, deferred)
+        eager = not _compiling()
+        if eager:
+            self._begin(chain)
         if self.backend == "reference":
-            return self._reference_call(x, target, chain)
-        state = chain if self.keeps_state else None
-        torch.ops.echo.all_reduce(self._handle, x, target, state, deferred)
+            self._reference_call(x, target, chain)
+        else:
+            state = chain if self.keeps_state else None
+            torch.ops.echo.all_reduce(self._handle, x, target, state, deferred)
+        if eager:  # only a call that was accepted leaves a deferred update pending
+            self._accepted(chain, x, deferred)
         return target
 
     def update(self, x: torch.Tensor, chain) -> None:
@@ -230,19 +271,27 @@ class EchoAllReduce:
         if not _compiling():
             self._info(chain).pending = None
 
-    def _begin(self, chain, x: torch.Tensor, deferred: bool) -> None:
+    def _begin(self, chain) -> None:
         """Chain bookkeeping (eager only), so misuse raises here rather than pass unnoticed: no call
-        while a deferred call awaits its update. (A shape change needs nothing: the chain's header
-        records n, and a quantized call with another n starts a fresh chain, on the device as in the
-        reference; calls on an exact path (the one-shot kernel, NCCL's own) leave it untouched.)"""
+        while a deferred call awaits its update, no chain of another state format. (A shape change
+        needs nothing: the chain's header records n, and a quantized call with another n starts a
+        fresh chain, on the device as in the reference; calls on an exact path (the one-shot kernel,
+        NCCL's own) leave it untouched.)"""
+        if not self.keeps_state:
+            return
+        fmt = _CHAIN_FORMATS.get(id(chain)) if self.backend == "cuda" else None
+        if fmt is not None and fmt != self._format():
+            raise ValueError(f"EchoAllReduce.all_reduce: the chain holds state of comp {fmt[0]!r} storage {fmt[1]!r}; "
+                             f"this object keeps {self.comp!r} storage {self.storage!r} (use its own new_chain())")
+        if self._info(chain).pending is not None:
+            raise RuntimeError("EchoAllReduce.all_reduce: the chain's deferred call awaits update(x, chain) first")
+
+    def _accepted(self, chain, x: torch.Tensor, deferred: bool) -> None:
         if not self.keeps_state:
             return
         info = self._info(chain)
-        if info.pending is not None:
-            raise RuntimeError("EchoAllReduce.all_reduce: the chain's deferred call awaits update(x, chain) first")
         info.n = x.numel()
-        if deferred:
-            info.pending = (self._ptr(x), info.n)
+        info.pending = (self._ptr(x), info.n) if deferred else None
 
     @staticmethod
     def _ptr(x: torch.Tensor) -> int:
@@ -258,15 +307,22 @@ class EchoAllReduce:
         if self.keeps_state and x.numel() > chain.capacity:
             raise ValueError(f"EchoAllReduce.all_reduce: {x.numel()} elements exceed the chain's capacity {chain.capacity}")
         # Gather raw bytes: every backend all-gathers uint8, whatever the dtype.
+        nbytes = x.numel() * x.element_size()
+        quant, comp, state = self.quant, self.comp, chain.state if self.keeps_state else None
+        if 0 <= nbytes < self.unquantized_below_bytes:
+            # The cuda backend's unquantized paths: exact, the chain untouched (the one-shot kernel,
+            # NCCL's own all-reduce), or the 16-bit pipeline, which keeps the chain.
+            quant = "none"
+            if self.transport == "nccl" or nbytes <= _ONESHOT_BYTES:
+                comp, state = "none", None
         flat = x.detach().reshape(-1).contiguous().view(torch.uint8)
         parts = [torch.empty_like(flat) for _ in range(self.world_size)]
         dist.all_gather(parts, flat, group=self.group)
         t = _DTYPES[x.dtype]
         npdt = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[t]
         arrays = [p.cpu().numpy().view(npdt) for p in parts]
-        outs = reference.all_reduce(arrays, quant=self.quant, bits=self.bits, group_size=self.group_size,
-                                    comp=self.comp, storage=self.storage, chain=chain.state if self.keeps_state else None,
-                                    dtype=t)
+        outs = reference.all_reduce(arrays, quant=quant, bits=self.bits, group_size=self.group_size, comp=comp,
+                                    storage=self.storage if comp != "none" else "", chain=state, dtype=t)
         mine = torch.from_numpy(outs[self.rank].view(np.uint8)).view(x.dtype).view(x.shape)
         with torch.no_grad():
             target.copy_(mine)

@@ -79,6 +79,19 @@ def all_reduce(
         storage = chain.storage if chain is not None else ""
     if out is None:
         out = [np.empty(shape, dtype=_NUMPY[t]) for _ in xs]
+    else:
+        # Written in place: an output that is not a C-contiguous, writeable array of the inputs'
+        # shape and element type would be written through a copy, and the caller's left as it was.
+        out = list(out)
+        if len(out) != len(xs):
+            raise ValueError(f"echo_allreduce.reference.all_reduce: {len(out)} outputs for {len(xs)} inputs")
+        for r, o in enumerate(out):
+            if not isinstance(o, np.ndarray) or o.shape != shape or o.dtype != np.dtype(_NUMPY[t]):
+                raise ValueError(f"echo_allreduce.reference.all_reduce: out[{r}] must be a numpy array of shape {shape} "
+                                 f"and dtype {np.dtype(_NUMPY[t])}")
+            if not (o.flags.c_contiguous and o.flags.writeable):
+                raise ValueError(f"echo_allreduce.reference.all_reduce: out[{r}] must be C-contiguous and writeable "
+                                 "(it is written in place)")
     _reference.all_reduce(
         [x.reshape(-1) for x in xs], [o.reshape(-1) for o in out], t, quant, bits, group_size, comp, storage, chain
     )

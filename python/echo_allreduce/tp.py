@@ -35,9 +35,10 @@ class TensorParallel:
         self.bwd_chain = comm.new_chain(capacity)
 
     def new_pass(self) -> None:
-        """A pass boundary: both chains start from zero errors."""
-        self.fwd_chain.zero_()
-        self.bwd_chain.zero_()
+        """A pass boundary: both chains start from zero errors (reset_chain: the tag only, and any
+        deferred update left pending is dropped)."""
+        self.comm.reset_chain(self.fwd_chain)
+        self.comm.reset_chain(self.bwd_chain)
 
     def split(self, size: int, what: str) -> int:
         if size % self.world_size:

@@ -143,6 +143,79 @@ def test_misuse_raises_clear_errors():
     run_ranks(_misuse)
 
 
+def _refused_deferred_call(rank, world):
+    """A deferred call that is refused leaves no update pending: the chain goes on."""
+    from echo_allreduce import EchoAllReduce
+
+    n = 1000
+    comm = EchoAllReduce(None, n, comp="error_feedback", storage=STORAGES[0], backend="reference")
+    chain, twin = comm.new_chain(), comm.new_chain()
+    x = rank_inputs(0, n, torch.float32)[rank]
+    with pytest.raises(ValueError, match="shape"):
+        comm.all_reduce(x, out=torch.empty(n - 1), chain=chain, mode="deferred")
+    with pytest.raises(ValueError, match="max_elements"):
+        comm.all_reduce(torch.randn(n + 1), out=torch.empty(n + 1), chain=chain, mode="deferred")
+    a = comm.all_reduce(x, out=torch.empty_like(x), chain=chain)  # raised "awaits update" before
+    b = comm.all_reduce(x, out=torch.empty_like(x), chain=twin)
+    assert same_bits(a, b)
+
+
+def test_a_refused_deferred_call_leaves_the_chain_usable():
+    run_ranks(_refused_deferred_call)
+
+
+def _unquantized_below(rank, world):
+    """The reference backend honours unquantized_below_bytes as the cuda backend does: below it
+    the exact sum, the chain untouched up to the one-shot size."""
+    from echo_allreduce import EchoAllReduce
+
+    n = 4096
+    ef = dict(comp="error_feedback", storage=STORAGES[0], backend="reference")
+    exact = EchoAllReduce(None, n, unquantized_below_bytes=1 << 20, **ef)
+    quantized = EchoAllReduce(None, n, unquantized_below_bytes=0, **ef)
+    ce, cq = exact.new_chain(), quantized.new_chain()
+    xs = rank_inputs(0, n, torch.float32)
+    got = exact.all_reduce(xs[rank].clone(), chain=ce)
+    want = reference.all_reduce([to_numpy(t) for t in xs], quant="none")[rank]
+    assert np.array_equal(to_numpy(got), want)
+    # the chain passed through: its next quantized call equals a fresh chain's
+    ys = rank_inputs(1, n, torch.float32)
+    a = quantized.all_reduce(ys[rank].clone(), chain=ce)
+    b = quantized.all_reduce(ys[rank].clone(), chain=cq)
+    assert same_bits(a, b)
+
+
+def test_reference_backend_honours_unquantized_below_bytes():
+    run_ranks(_unquantized_below)
+
+
+def _autograd_falls_back(rank, world):
+    """What does not fit Echo (more elements than max_elements or the chain holds, float64) is
+    summed by torch.distributed in the autograd functions, exactly, instead of raising."""
+    from echo_allreduce import EchoAllReduce
+    from echo_allreduce.autograd import copy_to_tp, reduce_from_tp
+
+    comm = EchoAllReduce(None, 1000, comp="error_feedback", storage=STORAGES[0], backend="reference")
+    fwd = comm.new_chain()
+    for n, dtype, chain in ((1500, torch.float32, fwd), (64, torch.float64, fwd), (900, torch.float32, comm.new_chain(800))):
+        parts = rank_inputs(7, n, torch.float32)
+        p = parts[rank].to(dtype).requires_grad_()
+        with pytest.warns(UserWarning, match="do not fit"):
+            y = reduce_from_tp(p, comm, chain)
+        want = parts[rank].to(dtype).clone()
+        dist.all_reduce(want)
+        assert same_bits(y.detach(), want)
+        x = parts[rank].to(dtype).requires_grad_()
+        z = copy_to_tp(x, comm, chain)
+        with pytest.warns(UserWarning, match="do not fit"):
+            z.backward(torch.ones_like(z))
+        assert same_bits(x.grad, torch.full_like(x, float(world)))
+
+
+def test_autograd_falls_back_to_torch_distributed_for_what_does_not_fit():
+    run_ranks(_autograd_falls_back)
+
+
 def _env_switch(rank, world):
     """ECHO_ALLREDUCE is read when an EchoAllReduce is constructed (config.py)."""
     from echo_allreduce import EchoAllReduce

@@ -339,6 +339,7 @@ def _bad_inputs(rank, world):
     torch.cuda.synchronize()
     before = chain.clone()
     assert comm.should_use(x) and not comm.should_use(x[1:]) and not comm.should_use(x.cpu())
+    other = make(("zero_aware", 4, 128, "error_feedback", "bf16"), n, unquantized_below_bytes=0)
     bad = [
         ("dtype", lambda: comm.all_reduce(x.to(torch.int32), chain=chain)),
         ("dtype", lambda: comm.all_reduce(x.double(), chain=chain)),
@@ -354,6 +355,14 @@ def _bad_inputs(rank, world):
         ("needs a chain", lambda: comm.all_reduce(x, out=torch.empty_like(x))),
         ("out tensor", lambda: comm.all_reduce(x, chain=chain, mode="deferred")),
         ("no deferred call", lambda: comm.update(x, chain)),
+        # deferred calls the op refuses: none may leave an update pending (the next calls below)
+        ("cannot be in place", lambda: comm.all_reduce(x, out=x.view(-1), chain=chain, mode="deferred")),
+        ("16-byte", lambda: comm.all_reduce(x, out=torch.empty(n + 8, dtype=x.dtype, device=dev)[1:n + 1], chain=chain,
+                                            mode="deferred")),
+        ("elements", lambda: comm.all_reduce(x, out=torch.empty(n - 8, dtype=x.dtype, device=dev), chain=chain,
+                                             mode="deferred")),
+        # a chain of an object with another state format
+        ("storage", lambda: comm.all_reduce(x, out=torch.empty_like(x), chain=other.new_chain())),
     ]
     for what, call in bad:
         with pytest.raises((ValueError, RuntimeError), match=what):
@@ -364,6 +373,7 @@ def _bad_inputs(rank, world):
     xs = rank_inputs(1, n, torch.bfloat16, world)
     assert same_bits(comm.all_reduce(xs[rank].to(dev), chain=chain), expect(xs, rank))
     comm.check()
+    other.close()
     handle = comm._handle
     comm.close()
     with pytest.raises(ValueError, match="names no live"):

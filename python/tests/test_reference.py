@@ -197,6 +197,30 @@ def test_bad_arguments_raise_value_error():
         R.all_reduce([x.astype(np.float64) for x in xs])
 
 
+def test_out_arrays_that_would_be_written_through_a_copy_are_refused():
+    # A Fortran-order or strided output used to receive the results in a temporary copy: the
+    # call returned, the caller's arrays untouched.
+    rng = np.random.default_rng(10)
+    xs = [rng.standard_normal((4, 64)).astype(np.float32) for _ in range(2)]
+    want = R.all_reduce(xs, quant="none")
+    for bad in ([np.zeros((4, 64), np.float32, order="F") for _ in xs],
+                [np.zeros((4, 128), np.float32)[:, ::2] for _ in xs],
+                [np.zeros((4, 64), np.float64) for _ in xs],
+                [np.zeros((4, 63), np.float32) for _ in xs],
+                [np.zeros((4, 64), np.float32)]):
+        with pytest.raises(ValueError, match="out"):
+            R.all_reduce(xs, quant="none", out=bad)
+    ro = [np.zeros((4, 64), np.float32) for _ in xs]
+    for o in ro:
+        o.setflags(write=False)
+    with pytest.raises(ValueError, match="writeable"):
+        R.all_reduce(xs, quant="none", out=ro)
+    good = [np.zeros((4, 64), np.float32) for _ in xs]
+    got = R.all_reduce(xs, quant="none", out=good)
+    assert all(g is o for g, o in zip(got, good))
+    assert all(np.array_equal(o, w) for o, w in zip(good, want))
+
+
 def test_one_rank_is_an_exact_copy():
     x = inputs(np.random.default_rng(10), 1, 4097, "bf16")[0]
     assert np.array_equal(R.all_reduce([x], dtype="bf16")[0], x)

@@ -294,3 +294,110 @@ TEST_CASE("a NaN or Inf propagates to its group's output for one call; the chain
     rc.finish(x, n);
   }
 }
+
+namespace {
+
+/// Set every rank's launch epoch (sync_words::epoch) as if that many launches had run; no call
+/// may be in flight.
+template <class RC>
+void set_epochs(RC& rc, uint64_t epoch) {
+  for (int r = 0; r < rc.ranks(); ++r) {
+    ECHO_TEST_CUDA(cudaSetDevice(rc.in(r).device));
+    ECHO_TEST_CUDA(cudaStreamSynchronize(rc.stream(r)));
+    unsigned char* w = rc.ar(r).engine().workspace();
+    REQUIRE(w != nullptr);
+    ECHO_TEST_CUDA(cudaMemcpy(w + 4 * echo::detail::sync_words::epoch, &epoch, sizeof epoch, cudaMemcpyHostToDevice));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("epochs past 2^31 and 2^32: a flag no launch wrote for that long is never taken as reached") {
+  // Flags once held a 32-bit epoch compared wrap-around: a flag last written 2^31 launches ago
+  // read as a later epoch, and the first large call after many small ones consumed ring slots
+  // its peer had not written (success, wrong data). Here the small calls use tile 0 only; the
+  // large call's other tiles' flags were last written just before the jump.
+  const size_t big = size_t(1) << 21, small = 1024;
+  for (const uint64_t jump : {(uint64_t(1) << 31) - 10, (uint64_t(1) << 32) - 10, (uint64_t(1) << 40) + 7}) {
+    CAPTURE(jump);
+    reference_check<za4, ef8, bf16> rc(big);
+    rc.step(big);  // every tile's flags at epoch 1
+    set_epochs(rc, jump);
+    for (int k = 0; k < 20; ++k) rc.step(small);
+    for (int k = 0; k < 3; ++k) rc.step(big);
+  }
+}
+
+TEST_CASE("an error the caller's thread left behind does not fail (or poison) a call that ran") {
+  const size_t n = size_t(1) << 20;
+  reference_check<za4, ef8, bf16> rc(n);
+  rc.step(n);  // the buffers' pointers are checked (and remembered) here
+  for (const auto mode : {echo::state_update::fused, echo::state_update::deferred}) {
+    const auto x = rc.upload_random(n);
+    std::vector<st> s(static_cast<size_t>(rc.ranks())), u(static_cast<size_t>(rc.ranks()), st::success);
+    auto stale_error = [&](int r) {
+      if (r != 0) return;
+      int d = 0;
+      cudaGetDevice(&d);
+      (void)cudaSetDevice(-1);  // cudaErrorInvalidDevice, not sticky: it waits in cudaGetLastError()
+      cudaSetDevice(d);
+    };
+    rc.pool().run([&](int r) {
+      stale_error(r);
+      s[r] = rc.ar(r)(rc.in(r).ptr, rc.out(r).ptr, n, rc.stream(r), rc.chain(r), mode);
+    });
+    if (mode == echo::state_update::deferred)
+      rc.pool().run([&](int r) {
+        stale_error(r);
+        u[r] = rc.ar(r).update(rc.in(r).ptr, n, rc.stream(r), *rc.chain(r));
+      });
+    for (int r = 0; r < rc.ranks(); ++r) {
+      CHECK_MESSAGE(s[r] == st::success, echo::to_string(s[r]), " (", rc.ar(r).last_error(), ")");
+      CHECK(u[r] == st::success);
+    }
+    rc.pool().run([&](int r) { (void)cudaGetLastError(); });  // the caller's own error, theirs to clear
+    rc.finish(x, n);
+    rc.step(n);  // the next call, on the same chain, continues it
+  }
+}
+
+TEST_CASE("a call that timed out leaves its chain fresh, not half-written and continued") {
+  // With ranks on separate GPUs and a small workspace the call runs as several launches (rounds);
+  // a round that gives up used to leave the tag of the call before, so the chain continued with
+  // the failed call's partial errors. (Ranks sharing a GPU run one launch: the tag is checked too.)
+  echo::all_reduce_options opt;
+  opt.spin_limit_seconds = 0.5;
+  opt.workspace_bytes = size_t(1) << 20;
+  const size_t n = size_t(1) << 22;
+  reference_check<za4, ef8, bf16> rc(n, opt);
+  rc.step(n);
+  auto tag_of = [&](int r) {
+    uint64_t tag = ~uint64_t(0);
+    ECHO_TEST_CUDA(cudaSetDevice(rc.in(r).device));
+    ECHO_TEST_CUDA(cudaMemcpy(&tag, rc.chain(r)->view().data(), sizeof tag, cudaMemcpyDeviceToHost));
+    return tag;
+  };
+  CHECK(tag_of(0) == n);
+  ECHO_TEST_CUDA(cudaSetDevice(rc.in(0).device));
+  REQUIRE(rc.ar(0)(rc.in(0).ptr, rc.out(0).ptr, n, rc.stream(0), rc.chain(0)) == st::success);  // rank 0 alone
+  ECHO_TEST_CUDA(cudaStreamSynchronize(rc.stream(0)));
+  CHECK(rc.ar(0).check() == st::timeout);
+  CHECK(tag_of(0) == 0);
+}
+
+TEST_CASE("one rank's bad constructor argument: every rank throws, none waits for the others") {
+  auto& comms = local_comms();
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(echo::for_each_rank(comms, [&](const echo::communicator& c) { echo::all_reduce<za4> a(c, c.rank() == 0 ? 0 : 1000); }),
+                  echo::error);
+  echo::all_reduce_options bad;
+  bad.spin_limit_seconds = -1;
+  CHECK_THROWS_AS(echo::for_each_rank(comms,
+                                      [&](const echo::communicator& c) {
+                                        echo::all_reduce<za4> a(c, 1000, c.rank() == 0 ? bad : echo::all_reduce_options{});
+                                      }),
+                  echo::error);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 10.0);
+  reference_check<za4, echo::comp::none, bf16> rc(5000);  // and the communicators still work
+  rc.step(5000);
+}

@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(Threads) oneshot_kernel(const oneshot_params<T
   uint32_t* const sync = reinterpret_cast<uint32_t*>(p.local);
   const auto frame = detail::begin_launch(sync, nullptr, 0, p.status);
   if (frame.poisoned) return;
-  const uint32_t epoch = frame.epoch;
+  const uint64_t epoch = frame.epoch;
   const workspace_layout& L = p.layout;
   const size_t per = echo::detail::ceil_div(p.n, gridDim.x);
   const size_t chunk = echo::detail::ceil_div(per, V) * V, begin = blockIdx.x * chunk;
@@ -69,9 +69,10 @@ __global__ void __launch_bounds__(Threads) oneshot_kernel(const oneshot_params<T
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    const uint64_t mine = echo::detail::flag_value(epoch, p.sig);
+    const uint64_t mine = echo::detail::flag_stamp(epoch, p.sig);
     for (int d = 1; d < p.ranks; ++d)
-      echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[(p.rank + d) % p.ranks] + L.recv_flag(p.rank, blockIdx.x)), mine);
+      echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[(p.rank + d) % p.ranks] + L.recv_flag(p.rank, blockIdx.x)),
+                                 epoch, mine);
     wait_result why = wait_result::ok;
     for (int i = 0; i < p.ranks && why == wait_result::ok; ++i)
       if (i != p.rank)

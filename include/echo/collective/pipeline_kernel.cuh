@@ -88,7 +88,7 @@ inline __device__ void give_up(echo::detail::wait_result why, uint32_t* sync, un
 
 /// Lane 0 waits; the warp learns the outcome. The __syncwarp() after it extends lane 0's acquire
 /// to the warp before any lane reads the data.
-__device__ __forceinline__ echo::detail::wait_result warp_wait(const unsigned char* flag, uint32_t epoch, uint32_t sig,
+__device__ __forceinline__ echo::detail::wait_result warp_wait(const unsigned char* flag, uint64_t epoch, uint32_t sig,
                                                                const uint32_t* abort, uint64_t limit_ns, int lane) {
   int r = 0;
   if (lane == 0)
@@ -101,22 +101,27 @@ __device__ __forceinline__ echo::detail::wait_result warp_wait(const unsigned ch
 /// Block-level prologue / epilogue shared by the cuda_ipc kernels: read the epoch (and whether
 /// the chain continues); at the end the last block advances the epoch and writes the chain tag.
 struct launch_frame {
-  uint32_t epoch;
+  uint64_t epoch;
   bool active;    ///< the call continues its chain
   bool poisoned;  ///< an earlier launch gave up: do nothing
 };
 
-/// A launch on a rank that an earlier launch (or a peer) aborted does nothing but report why.
-inline __device__ launch_frame begin_launch(uint32_t* sync, const unsigned char* state, size_t n, int* host_status) {
+/// A launch on a rank that an earlier launch (or a peer) aborted does nothing but report why
+/// (and leave its chain fresh).
+inline __device__ launch_frame begin_launch(uint32_t* sync, unsigned char* state, size_t n, int* host_status) {
   __shared__ launch_frame f;
   if (threadIdx.x == 0) {
-    f.epoch = *reinterpret_cast<volatile uint32_t*>(sync + echo::detail::sync_words::epoch) + 1;
+    f.epoch = *reinterpret_cast<volatile uint64_t*>(sync + echo::detail::sync_words::epoch) + 1;
     const uint32_t abort = echo::detail::load_relaxed_sys(sync + echo::detail::sync_words::abort);
     f.poisoned = abort != 0;
     if (f.poisoned && blockIdx.x == 0) {
       *reinterpret_cast<volatile int*>(host_status) = static_cast<int>(abort);
       __threadfence_system();
     }
+    // A call that gave up on some rank may have written part of its chain's state in earlier
+    // launches (rounds) or blocks, and its last launch, which would write the tag, does not run:
+    // the chain restarts fresh rather than continue half-written (a rebuilt object may reuse it).
+    if (f.poisoned && state) reinterpret_cast<volatile comp::state_header*>(state)->tag = 0;
     f.active = state && comp::state_header::continues(
                             reinterpret_cast<const volatile comp::state_header*>(state)->tag, n);
   }
@@ -126,7 +131,7 @@ inline __device__ launch_frame begin_launch(uint32_t* sync, const unsigned char*
 
 /// tag: what the chain's header says after this call (ignored without state); a launch that gave
 /// up (on any rank's warp) leaves a fresh chain instead, its state being partial.
-inline __device__ void end_launch(uint32_t* sync, uint32_t epoch, unsigned char* state, uint64_t tag) {
+inline __device__ void end_launch(uint32_t* sync, uint64_t epoch, unsigned char* state, uint64_t tag) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
@@ -134,7 +139,7 @@ inline __device__ void end_launch(uint32_t* sync, uint32_t epoch, unsigned char*
       sync[echo::detail::sync_words::done] = 0;
       const bool failed = echo::detail::load_relaxed_sys(sync + echo::detail::sync_words::abort) != 0;
       if (state) reinterpret_cast<volatile comp::state_header*>(state)->tag = failed ? 0 : tag;
-      *reinterpret_cast<volatile uint32_t*>(sync + echo::detail::sync_words::epoch) = epoch;
+      *reinterpret_cast<volatile uint64_t*>(sync + echo::detail::sync_words::epoch) = epoch;
     }
   }
 }
@@ -166,8 +171,8 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   const uint32_t* const abort = sync + echo::detail::sync_words::abort;
   const auto frame = detail::begin_launch(sync, p.state, p.n, p.status);
   if (frame.poisoned) return;
-  const uint32_t epoch = frame.epoch;
-  const uint64_t mine = echo::detail::flag_value(epoch, p.sig);
+  const uint64_t epoch = frame.epoch;
+  const uint64_t mine = echo::detail::flag_stamp(epoch, p.sig);
   const state_ref st{p.state ? p.state + comp::state_header::bytes : nullptr, p.n, frame.active};
   const int P = p.ranks, me = p.rank;
   const workspace_layout& L = p.layout;
@@ -191,7 +196,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
                                       Cfg::codec::store(slot + u * sub_bytes, r, lane, valid);
                                     });
       __syncwarp();
-      if (lane == 0) echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[j] + L.recv_flag(me, t)), mine);
+      if (lane == 0) echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[j] + L.recv_flag(me, t)), epoch, mine);
     }
   };
   // B. reduce tile t of the own segment: wait for the receipts, sum, push the sum's packet into
@@ -218,7 +223,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     __syncwarp();
     if (lane == 0)
       for (int d = 1; d < P; ++d)
-        echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[(me + d) % P] + L.gather_flag(me, t)), mine);
+        echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[(me + d) % P] + L.gather_flag(me, t)), epoch, mine);
     return wait_result::ok;
   };
   // C. gather tile t of every other segment from its owner's packet.

@@ -74,13 +74,16 @@ inline __device__ state_ref chunk_state(const chunk_params& c) {
           comp::state_header::continues(reinterpret_cast<const volatile comp::state_header*>(c.state)->tag, c.n)};
 }
 
-/// The call's last launch: the chain's tag after it (fused: n; deferred: pending). Every launch
-/// that reads the old tag precedes it on the stream, and the next call's follow it.
-inline __device__ void end_chain(const chunk_params& c) {
+/// The call's last launch: the chain's tag after it (fused: n; deferred: pending; fresh (0) when a
+/// header disagreed in this or an earlier launch of the call: a reduce that saw it wrote no state
+/// for its chunk, so the state is partial). Every launch that reads the old tag precedes it on the
+/// stream, and the next call's follow it.
+inline __device__ void end_chain(const chunk_params& c, bool agree) {
   if (!c.state || !c.end_chain || blockIdx.x != 0 || threadIdx.x != 0) return;
   auto* h = reinterpret_cast<volatile comp::state_header*>(c.state);
   const uint64_t tag = h->tag;
-  h->tag = c.end_chain == 1 ? c.n : comp::state_header::after_deferred(c.n, comp::state_header::continues(tag, c.n));
+  if (!agree || *reinterpret_cast<volatile int*>(c.status) != 0) h->tag = 0;
+  else h->tag = c.end_chain == 1 ? c.n : comp::state_header::after_deferred(c.n, comp::state_header::continues(tag, c.n));
 }
 
 /// Whether segment j has a share in this chunk (only then do its packets travel).
@@ -151,8 +154,9 @@ template <class Cfg>
 __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     gather_kernel(const chunk_params c, typename Cfg::element* out) {
   using stages = tile_stages<Cfg>;
-  detail::end_chain(c);                                     // also when the headers disagree
-  if (!detail::headers_agree(c, c.gathered, true)) return;  // slot j: owner j's segment
+  const bool agree = detail::headers_agree(c, c.gathered, true);  // slot j: owner j's segment
+  detail::end_chain(c, agree);                                     // also when the headers disagree
+  if (!agree) return;
   for (int d = 1; d < c.ranks; ++d) {
     const int j = (c.rank + d) % c.ranks;
     detail::chunk_subtiles<Cfg>(c, j, [&](size_t s, size_t first, int valid) {

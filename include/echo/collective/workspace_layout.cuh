@@ -16,8 +16,8 @@
 namespace echo::collective {
 
 ///  [ sync words (256 B)                          ]  detail::sync_words
-///  [ recv flags:   P x flag_tiles u64            ]  recv_flag(i, t): sender i pushed tile t of my segment
-///  [ gather flags: P x flag_tiles u64            ]  gather_flag(j, t): owner j pushed its reduced tile t
+///  [ recv flags:   P x flag_tiles flags (16 B)   ]  recv_flag(i, t): sender i pushed tile t of my segment
+///  [ gather flags: P x flag_tiles flags (16 B)   ]  gather_flag(j, t): owner j pushed its reduced tile t
 ///  [ one-shot:     2 halves x P x oneshot_bytes  ]  (its flags are recv_flag(i, block))
 ///  [ recv ring:    P x ring_bytes                ]  tile t of sender i at slot t mod R
 ///  [ gather ring:  P x ring_bytes                ]  tile t of owner j at slot t mod R
@@ -27,18 +27,20 @@ struct workspace_layout {
   size_t oneshot_bytes = 0; ///< largest one-shot message (0: no one-shot region)
   size_t ring_bytes = 0;    ///< bytes of one peer's ring (recv and gather rings alike)
 
+  static constexpr size_t flag = echo::detail::flag_words::bytes;
+
   ECHO_HD static constexpr size_t align(size_t b) { return (b + 255) & ~size_t(255); }
 
   ECHO_HD size_t recv_flags() const { return echo::detail::sync_words::bytes; }
-  ECHO_HD size_t gather_flags() const { return recv_flags() + align(static_cast<size_t>(ranks) * flag_tiles * 8); }
-  ECHO_HD size_t oneshot() const { return gather_flags() + align(static_cast<size_t>(ranks) * flag_tiles * 8); }
+  ECHO_HD size_t gather_flags() const { return recv_flags() + align(static_cast<size_t>(ranks) * flag_tiles * flag); }
+  ECHO_HD size_t oneshot() const { return gather_flags() + align(static_cast<size_t>(ranks) * flag_tiles * flag); }
   ECHO_HD size_t recv_ring() const { return oneshot() + 2 * static_cast<size_t>(ranks) * align(oneshot_bytes); }
   ECHO_HD size_t gather_ring() const { return recv_ring() + static_cast<size_t>(ranks) * align(ring_bytes); }
   ECHO_HD size_t total() const { return gather_ring() + static_cast<size_t>(ranks) * align(ring_bytes); }
 
-  ECHO_HD size_t recv_flag(int sender, size_t tile) const { return recv_flags() + (sender * flag_tiles + tile) * 8; }
-  ECHO_HD size_t gather_flag(int owner, size_t tile) const { return gather_flags() + (owner * flag_tiles + tile) * 8; }
-  ECHO_HD size_t oneshot_slot(uint32_t epoch, int sender) const {
+  ECHO_HD size_t recv_flag(int sender, size_t tile) const { return recv_flags() + (sender * flag_tiles + tile) * flag; }
+  ECHO_HD size_t gather_flag(int owner, size_t tile) const { return gather_flags() + (owner * flag_tiles + tile) * flag; }
+  ECHO_HD size_t oneshot_slot(uint64_t epoch, int sender) const {
     return oneshot() + ((epoch & 1u) * static_cast<size_t>(ranks) + sender) * align(oneshot_bytes);
   }
   /// Bytes from one rank's ring to the next: recv_slot(i, s, b) = recv_slot(0, s, b) + i * ring_stride().

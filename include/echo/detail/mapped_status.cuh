@@ -20,6 +20,10 @@ class mapped_status {
   }
   /// The echo::status code a launch recorded (0: none). Synchronise its stream first to see it.
   int read() const { return *static_cast<volatile int*>(host_); }
+  /// The host records a status itself (a failed launch), unless a launch recorded one first.
+  void mark(int code) {
+    if (read() == 0) *static_cast<volatile int*>(host_) = code;
+  }
   int* device() const { return device_; }
 
  private:

@@ -261,6 +261,9 @@ struct cuda_ipc {
     int ranks_per_device() const { return buffer_ ? buffer_->ranks_per_device() : 1; }
     /// What a launch reported (0: nothing; else an echo::status code, sticky).
     int device_status() const { return status_.read(); }
+    /// This rank's workspace (detail::sync_words first, then collective::workspace_layout), for
+    /// tests and diagnostics that read or set the launch epoch; null at P = 1.
+    unsigned char* workspace() const { return buffer_ ? buffer_->data() : nullptr; }
     dispatch_entry dispatch(int ranks) const { return lookup_dispatch(gpu_name_.c_str(), ranks, transport_name, "p2p"); }
 
     /// From this many bytes a quantized call runs under the policy's wide variant, where the
@@ -487,9 +490,22 @@ struct cuda_ipc {
         p.t_begin = t0;
         p.t_end = std::min(pl.tiles0, t0 + per_launch);
         p.last = p.t_end == pl.tiles0;
-        if (echo::detail::launch_dependent(kernel, pl.grid, Cfg::threads, stream, programmatic, p) != cudaSuccess) break;
+        if (echo::detail::launch_dependent(kernel, pl.grid, Cfg::threads, stream, programmatic, p) != cudaSuccess)
+          return launch_failed();
       }
-      return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
+      return status::success;
+    }
+
+    /// A collective launch failed: its peers wait for flags this rank will never publish (they
+    /// end at their spin limits), and this rank's epochs no longer follow theirs, so the object
+    /// is poisoned here too (check() reports cuda_error, later calls return poisoned). The status
+    /// comes from the launch call itself, never from cudaGetLastError(): an unrelated error the
+    /// caller's thread left behind must not fail (and poison) a call that ran.
+    status launch_failed() {
+      (void)cudaGetLastError();  // the launch's own error: leave none behind
+      error_ = "a kernel launch failed; the object is poisoned (its peers time out)";
+      status_.mark(static_cast<int>(status::cuda_error));
+      return status::cuda_error;
     }
 
     status fail(const char* why) {
@@ -521,8 +537,8 @@ struct cuda_ipc {
       p.sig = echo::detail::signature().add(c.sig).add(grid).add(2).value();
       constexpr auto kernel = collective::oneshot_kernel<T, threads>;
       const bool programmatic = !c.capturing && echo::detail::waits_for_prior_grid<kernel>();
-      (void)echo::detail::launch_dependent(kernel, grid, threads, stream, programmatic, p);  // error: cudaGetLastError below
-      return cudaGetLastError() == cudaSuccess ? status::success : status::cuda_error;
+      if (echo::detail::launch_dependent(kernel, grid, threads, stream, programmatic, p) != cudaSuccess) return launch_failed();
+      return status::success;
     }
 
     /// Blocks of Kernel that are resident at once on a GPU, shared among the ranks on it: a larger

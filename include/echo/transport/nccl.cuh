@@ -7,6 +7,7 @@
 #include "../communicator.cuh"
 #include "../detail/ceil_div.cuh"
 #include "../detail/cuda_check.cuh"
+#include "../detail/dependent_launch.cuh"
 #include "../detail/device_guard.cuh"
 #include "../detail/mapped_status.cuh"
 #include "../detail/partition.cuh"
@@ -137,14 +138,23 @@ struct nccl {
         return collective::slot_header::bytes + echo::detail::ceil_div(l, Cfg::sub_elems) * Cfg::sub_bytes;
       };
       cudaEvent_t* ev = events_;  // [0] fork, [1..2] pushed, [3..4] exchanged, [5..6] reduced, [7..8] gathered, [9] join
-      auto ok = [](cudaError_t e) { return e == cudaSuccess; };
+      // A CUDA call's own status (cuda_bad), never cudaGetLastError(): an error the caller's
+      // thread left behind must not fail a call that ran, nor skip this rank's NCCL sends.
+      bool cuda_bad = false;
+      auto ok = [&](cudaError_t e) {
+        cuda_bad = cuda_bad || e != cudaSuccess;
+        return e == cudaSuccess;
+      };
+      auto launch = [&](auto kernel, const collective::chunk_params& s, auto... args) {
+        return ok(echo::detail::launch_dependent(kernel, grid, Cfg::threads, stream, false, s, args...));
+      };
       auto nok = [](ncclResult_t r) { return r == ncclSuccess; };
       ncclComm_t nc = comm_.nccl();
       bool good = ok(cudaEventRecord(ev[0], stream)) && ok(cudaStreamWaitEvent(side_, ev[0], 0));
       auto push = [&](size_t k) {
         const auto s = set(k);
-        collective::push_kernel<Cfg><<<grid, Cfg::threads, 0, stream>>>(s, c.in, c.mode == state_update::fused);
-        good = good && ok(cudaGetLastError()) && ok(cudaEventRecord(ev[1 + k % 2], stream)) &&
+        const bool launched = launch(collective::push_kernel<Cfg>, s, c.in, c.mode == state_update::fused);
+        good = good && launched && ok(cudaEventRecord(ev[1 + k % 2], stream)) &&
                ok(cudaStreamWaitEvent(side_, ev[1 + k % 2], 0));
         if (!good) return;
         good = nok(ncclGroupStart());
@@ -161,8 +171,7 @@ struct nccl {
         const auto s = set(k);
         good = good && ok(cudaStreamWaitEvent(stream, ev[3 + k % 2], 0));
         if (!good) return;
-        collective::reduce_kernel<Cfg><<<grid, Cfg::threads, 0, stream>>>(s, c.in, c.out);
-        good = ok(cudaGetLastError()) && ok(cudaEventRecord(ev[5 + k % 2], stream)) &&
+        good = launch(collective::reduce_kernel<Cfg>, s, c.in, c.out) && ok(cudaEventRecord(ev[5 + k % 2], stream)) &&
                ok(cudaStreamWaitEvent(side_, ev[5 + k % 2], 0));
         if (!good) return;
         good = nok(ncclGroupStart());
@@ -180,8 +189,7 @@ struct nccl {
         if (!good) return;
         auto s = set(k);
         s.end_chain = k + 1 < chunks ? 0 : c.mode == state_update::fused ? 1 : 2;  // the last launch writes the tag
-        collective::gather_kernel<Cfg><<<grid, Cfg::threads, 0, stream>>>(s, c.out);
-        good = ok(cudaGetLastError());
+        good = launch(collective::gather_kernel<Cfg>, s, c.out);
       };
       // Software pipeline over chunks (see the class comment for the order and why two sets do).
       for (size_t k = 0; k < chunks + 2 && good; ++k) {
@@ -190,7 +198,7 @@ struct nccl {
         if (k >= 2) gather(k - 2);
       }
       good = good && ok(cudaEventRecord(ev[9], side_)) && ok(cudaStreamWaitEvent(stream, ev[9], 0));
-      return finish(good);
+      return finish(good, cuda_bad);
     }
 
     /// Below the dispatch size: NCCL's own all-reduce (exact, not quantized; bit-identical on
@@ -203,7 +211,7 @@ struct nccl {
       const ncclDataType_t type = std::is_same<T, float>::value       ? ncclFloat32
                                   : std::is_same<T, half_t>::value     ? ncclFloat16
                                                                        : ncclBfloat16;
-      if (ncclAllReduce(c.in, c.out, c.n, type, ncclSum, comm_.nccl(), stream) != ncclSuccess) return finish(false);
+      if (ncclAllReduce(c.in, c.out, c.n, type, ncclSum, comm_.nccl(), stream) != ncclSuccess) return finish(false, false);
       return status::success;
     }
 
@@ -211,9 +219,13 @@ struct nccl {
     static constexpr size_t min_slot_bytes = size_t(64) << 10;
     size_t slots() const { return 3 * static_cast<size_t>(comm_.size()) + 1; }
 
-    status finish(bool good) {
+    status finish(bool good, bool cuda_bad) {
       if (good) return status::success;
-      if (cudaGetLastError() != cudaSuccess) return status::cuda_error;
+      if (cuda_bad) {
+        (void)cudaGetLastError();  // the failed call's own error: leave none behind
+        error_ = "a CUDA launch, event record or stream wait failed";
+        return status::cuda_error;
+      }
       error_ = "an NCCL call failed (see NCCL_DEBUG=WARN)";
       return status::nccl_error;
     }

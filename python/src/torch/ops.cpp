@@ -31,7 +31,7 @@ namespace echo_py::torch_ops {
 namespace {
 
 struct slot {
-  std::unique_ptr<instance> impl;
+  std::shared_ptr<instance> impl;  // shared: a call holds its object while another thread destroys the handle
   int device = 0;
   size_t max_elements = 0;
   bool keeps_state = false;
@@ -42,17 +42,19 @@ std::mutex registry_mutex;
 // exit is left to the process's end (the CUDA runtime and NCCL may be gone by static destruction).
 std::deque<slot>& registry = *new std::deque<slot>;  // a deque: a slot stays put as others are added
 
-slot& get(int64_t handle, const char* op) {
-  slot* found = nullptr;
+/// A copy of the handle's slot: its shared_ptr keeps the object alive for the call, even if
+/// another thread (close() beside a backward pass) destroys the handle meanwhile.
+slot get(int64_t handle, const char* op) {
+  slot found;
   {
     std::lock_guard<std::mutex> lock(registry_mutex);
     if (handle >= 1 && static_cast<size_t>(handle) <= registry.size() && registry[handle - 1].impl)
-      found = &registry[handle - 1];
+      found = registry[handle - 1];
   }
   // Thrown with no lock held: the one GPU run crashed (SIGSEGV) on this error path while the
   // throw unwound through the lock's scope (docs/python.md); not yet confirmed to be the cause.
-  TORCH_CHECK_VALUE(found != nullptr, op, ": handle ", handle, " names no live Echo all-reduce (destroyed, or never created)");
-  return *found;
+  TORCH_CHECK_VALUE(found.impl != nullptr, op, ": handle ", handle, " names no live Echo all-reduce (destroyed, or never created)");
+  return found;
 }
 
 echo::dtype echo_dtype(const at::Tensor& t, const char* op) {
@@ -75,7 +77,7 @@ void check_tensor(const at::Tensor& t, const char* op, const char* name, const s
 }
 
 /// The state tensor of a call on n elements; (nullptr, 0) when the instance keeps none.
-std::pair<void*, size_t> state_of(const std::optional<at::Tensor>& state, size_t n, const char* op, slot& s) {
+std::pair<void*, size_t> state_of(const std::optional<at::Tensor>& state, size_t n, const char* op, const slot& s) {
   if (!s.keeps_state) {
     TORCH_CHECK_VALUE(!state.has_value() || state->numel() == 0, op,
                       ": this Echo all-reduce has comp 'none' and keeps no state; pass no state tensor");
@@ -149,14 +151,15 @@ int64_t create(const c10::intrusive_ptr<c10d::ProcessGroup>& group, bool bootstr
   held->reset();
   std::lock_guard<std::mutex> lock(registry_mutex);
   const bool keeps_state = impl->state_bytes(1) > 0;
-  registry.push_back({std::move(impl), static_cast<int>(device), static_cast<size_t>(max_elements), keeps_state});
+  registry.push_back({std::shared_ptr<instance>(std::move(impl)), static_cast<int>(device), static_cast<size_t>(max_elements),
+                      keeps_state});
   return static_cast<int64_t>(registry.size());
 }
 
 void all_reduce(int64_t handle, const at::Tensor& input, const at::Tensor& out, const std::optional<at::Tensor>& state,
                 bool deferred) {
   const char* op = "echo.all_reduce";
-  slot& s = get(handle, op);
+  const slot s = get(handle, op);
   const echo::dtype t = echo_dtype(input, op);
   check_tensor(input, op, "input", s);
   check_tensor(out, op, "out", s);
@@ -177,7 +180,7 @@ void all_reduce(int64_t handle, const at::Tensor& input, const at::Tensor& out, 
 
 void update(int64_t handle, const at::Tensor& input, const at::Tensor& state) {
   const char* op = "echo.update";
-  slot& s = get(handle, op);
+  const slot s = get(handle, op);
   const echo::dtype t = echo_dtype(input, op);
   check_tensor(input, op, "input", s);
   const size_t n = static_cast<size_t>(input.numel());
@@ -190,12 +193,12 @@ void update(int64_t handle, const at::Tensor& input, const at::Tensor& state) {
 }
 
 void check(int64_t handle) {
-  slot& s = get(handle, "echo.check");
+  const slot s = get(handle, "echo.check");
   raise_unless_success(s.impl->check(), "echo.check", *s.impl);
 }
 
 void destroy(int64_t handle) {
-  std::unique_ptr<instance> dead;
+  std::shared_ptr<instance> dead;
   int device = 0;
   {
     std::lock_guard<std::mutex> lock(registry_mutex);
@@ -203,7 +206,7 @@ void destroy(int64_t handle) {
     dead = std::move(registry[handle - 1].impl);
     device = registry[handle - 1].device;
   }
-  if (dead) {  // destroying twice is a no-op
+  if (dead) {  // destroying twice is a no-op; a call still running on another thread frees it last
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
     dead.reset();
   }
