@@ -100,15 +100,20 @@ TEST_CASE("ranks built with different configurations: the constructor throws on 
 }
 
 TEST_CASE("bad options throw at construction: spin limit <= 0, NaN, unquantized_below_bytes < -1") {
+  // Every rank constructs (the constructor is collective: arguments are judged on every rank and
+  // thrown after the configuration exchange, so that no rank is left waiting in it).
   auto& comms = local_comms();
+  auto build = [&](const echo::all_reduce_options& opt) {
+    echo::for_each_rank(comms, [&](const echo::communicator& c) { echo::all_reduce<za4> a(c, 1000, opt); });
+  };
   for (double limit : {0.0, -1.0, static_cast<double>(NAN), 1e9}) {
     echo::all_reduce_options opt;
     opt.spin_limit_seconds = limit;
-    CHECK_THROWS_AS(echo::all_reduce<za4>(comms[0], 1000, opt), echo::error);
+    CHECK_THROWS_AS(build(opt), echo::error);
   }
   echo::all_reduce_options opt;
   opt.unquantized_below_bytes = -2;
-  CHECK_THROWS_AS(echo::all_reduce<za4>(comms[0], 1000, opt), echo::error);
+  CHECK_THROWS_AS(build(opt), echo::error);
 }
 
 TEST_CASE("one object called on two streams at once: the calls are ordered, both right") {
