@@ -82,17 +82,28 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
   return t;
 }
 
+#if ECHO_EXPERIMENT_FLAG_V2
+/// Both words of a flag in one 16-byte load (acquire). A vector load may tear: the stamp it
+/// returns can be older than the epoch beside it; a re-read after the acquire is not.
+__device__ __forceinline__ void flag_observe_pair(const uint64_t* flag, uint64_t& e, uint64_t& stamp) {
+  asm volatile("ld.acquire.sys.global.v2.u64 {%0, %1}, [%2];" : "=l"(e), "=l"(stamp) : "l"(flag) : "memory");
+}
+#endif
+
 /// After the epoch word showed e >= epoch (acquired): the current epoch with another signature is
 /// a mismatch. A later epoch satisfies the wait: the one-shot path lets a peer run one launch
 /// ahead, and flags of one sender are written in launch order; its stamp may then be of the
 /// launch after the one it acquired, so only a stamp of this epoch is compared.
-__device__ __forceinline__ wait_result judge_reached(const uint64_t* flag, uint64_t e, uint64_t epoch, uint32_t sig) {
-  if (e != epoch) return wait_result::ok;
-  const uint64_t stamp =
-      cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*const_cast<uint64_t*>(flag + 1)).load(cuda::memory_order_relaxed);
+__device__ __forceinline__ wait_result judge_stamp(uint64_t stamp, uint64_t epoch, uint32_t sig) {
   return static_cast<uint32_t>(stamp >> 32) == static_cast<uint32_t>(epoch) && static_cast<uint32_t>(stamp) != sig
              ? wait_result::mismatch
              : wait_result::ok;
+}
+__device__ __forceinline__ wait_result judge_reached(const uint64_t* flag, uint64_t e, uint64_t epoch, uint32_t sig) {
+  if (e != epoch) return wait_result::ok;
+  return judge_stamp(
+      cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*const_cast<uint64_t*>(flag + 1)).load(cuda::memory_order_relaxed),
+      epoch, sig);
 }
 
 /// Spin (one thread) until the flag holds epoch `epoch` (or later). Gives up when the flag shows
@@ -100,12 +111,27 @@ __device__ __forceinline__ wait_result judge_reached(const uint64_t* flag, uint6
 /// after limit_ns (timeout): a missing or mismatched peer becomes an error, never a hang.
 __device__ __forceinline__ wait_result wait_flag(const uint64_t* flag, uint64_t epoch, uint32_t sig,
                                                  const uint32_t* abort, uint64_t limit_ns) {
+#if ECHO_EXPERIMENT_FLAG_V2
+  uint64_t e, stamp;
+  auto reached = [&]() -> wait_result {
+    if (e > epoch) return wait_result::ok;
+    if (static_cast<uint32_t>(stamp >> 32) != static_cast<uint32_t>(epoch)) return judge_reached(flag, e, epoch, sig);  // torn
+    return judge_stamp(stamp, epoch, sig);
+  };
+  flag_observe_pair(flag, e, stamp);
+  if (e >= epoch) return reached();
+  const uint64_t start = global_timer_ns();
+  for (uint32_t it = 1;; ++it) {
+    flag_observe_pair(flag, e, stamp);
+    if (e >= epoch) return reached();
+#else
   uint64_t e = flag_observe(flag);
   if (e >= epoch) return judge_reached(flag, e, epoch, sig);
   const uint64_t start = global_timer_ns();
   for (uint32_t it = 1;; ++it) {
     e = flag_observe(flag);
     if (e >= epoch) return judge_reached(flag, e, epoch, sig);
+#endif
     if ((it & 255u) == 0) {
       if (load_relaxed_sys(abort) != 0) return wait_result::abort;
       if (global_timer_ns() - start > limit_ns) return wait_result::timeout;
