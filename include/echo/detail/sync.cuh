@@ -58,8 +58,12 @@ ECHO_HD uint64_t flag_stamp(uint64_t epoch, uint32_t sig) { return (epoch << 32)
 /// Publish a flag: the stamp (relaxed), then the epoch with a release at system scope, so a
 /// reader that acquires the epoch sees this stamp or a later one.
 __device__ __forceinline__ void flag_publish(uint64_t* flag, uint64_t epoch, uint64_t stamp) {
+#if ECHO_EXPERIMENT_FLAG_V2 == 2
+  asm volatile("st.release.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(flag), "l"(epoch), "l"(stamp) : "memory");
+#else
   cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(flag[1]).store(stamp, cuda::memory_order_relaxed);
   cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(flag[0]).store(epoch, cuda::memory_order_release);
+#endif
 }
 
 __device__ __forceinline__ uint64_t flag_observe(const uint64_t* flag) {
@@ -115,7 +119,14 @@ __device__ __forceinline__ wait_result wait_flag(const uint64_t* flag, uint64_t 
   uint64_t e, stamp;
   auto reached = [&]() -> wait_result {
     if (e > epoch) return wait_result::ok;
+#if ECHO_EXPERIMENT_FLAG_V2 == 2
+    // one vector store: its stamp may land after its epoch; wait for a stamp of this launch or the next
+    while (static_cast<uint32_t>(stamp >> 32) != static_cast<uint32_t>(epoch) &&
+           static_cast<uint32_t>(stamp >> 32) != static_cast<uint32_t>(epoch + 1))
+      stamp = cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*const_cast<uint64_t*>(flag + 1)).load(cuda::memory_order_relaxed);
+#else
     if (static_cast<uint32_t>(stamp >> 32) != static_cast<uint32_t>(epoch)) return judge_reached(flag, e, epoch, sig);  // torn
+#endif
     return judge_stamp(stamp, epoch, sig);
   };
   flag_observe_pair(flag, e, stamp);
