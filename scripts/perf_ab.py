@@ -24,13 +24,14 @@ for f in glob.glob(sys.argv[1] + "/perf-*.log"):
     for line in open(f):
         x = line.split()
         if len(x) > 8 and x[0].isdigit() and x[3] == "echo":
-            k = (m.group(2), int(x[0]) >> 20, m.group(1))
+            k = (m.group(2), int(x[0]), m.group(1))
             t[k].append(float(x[4]))
             e[k].add(x[8])
 for c, s in sorted({(k[0], k[1]) for k in t}):
     have = [b for b in builds if t[(c, s, b)]]  # a configuration may be timed on some builds only
     a = statistics.mean(t[(c, s, have[0])])
-    row = f"{c:10s} {s:5d} MiB  {have[0]} {a:8.1f} us (sd {statistics.pstdev(t[(c, s, have[0])]):5.1f})"
+    size = f"{s >> 20:5d} MiB" if s >= 1 << 20 else f"{s >> 10:5d} KiB"  # (sizes below 1 MiB were once all "0 MiB")
+    row = f"{c:10s} {size}  {have[0]} {a:8.1f} us (sd {statistics.pstdev(t[(c, s, have[0])]):5.1f})"
     for b in have[1:]:
         v = statistics.mean(t[(c, s, b)])
         row += f"  {b} {v:8.1f} us {100 * (v - a) / a:+5.1f} % (sd {statistics.pstdev(t[(c, s, b)]):5.1f})"
