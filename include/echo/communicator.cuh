@@ -35,7 +35,8 @@ namespace detail {
 /// In-process rendezvous for communicator::local(): an all-gather among threads.
 class local_rendezvous {
  public:
-  explicit local_rendezvous(int size) : size_(size), slots_(static_cast<size_t>(size)) {}
+  explicit local_rendezvous(int size, std::chrono::milliseconds timeout = std::chrono::seconds(120))
+      : size_(size), slots_(static_cast<size_t>(size)), timeout_(timeout) {}
 
   void all_gather(int rank, const void* send, void* recv, size_t bytes) {
     std::unique_lock<std::mutex> lk(m_);
@@ -50,9 +51,14 @@ class local_rendezvous {
       ++generation_;
       cv_.notify_all();
     } else if (!cv_.wait_for(lk, timeout_, [&] { return generation_ != gen; })) {
+      // Withdraw from the round: a later round must not count this arrival or read these bytes
+      // (it did both, and read a rank's bytes of the round it gave up on as the next round's).
+      --arrived_;
+      slots_[static_cast<size_t>(rank)].clear();
       throw ::echo::error("echo::communicator::all_gather",
-                          "not every rank of the local communicator arrived within 120 s (construct Echo objects "
-                          "from one thread per rank, e.g. with echo::for_each_rank)",
+                          "not every rank of the local communicator arrived within " +
+                              std::to_string(timeout_.count() / 1000.0) +
+                              " s (construct Echo objects from one thread per rank, e.g. with echo::for_each_rank)",
                           __FILE__, __LINE__);
     }
     for (int r = 0; r < size_; ++r) {
@@ -76,7 +82,7 @@ class local_rendezvous {
   int arrived_ = 0, left_ = 0;
   bool reading_ = false;
   uint64_t generation_ = 0;
-  std::chrono::seconds timeout_{120};
+  std::chrono::milliseconds timeout_;
 };
 
 }  // namespace detail
