@@ -22,6 +22,7 @@
 #include "collective/state_kernels.cuh"
 #include "communicator.cuh"
 #include "comp/none.cuh"
+#include "detail/collective_setup.cuh"
 #include "detail/cuda_check.cuh"
 #include "detail/dependent_launch.cuh"
 #include "detail/device_guard.cuh"
@@ -65,21 +66,13 @@ class all_reduce {
   all_reduce(const communicator& comm, size_t max_elements, options opt = {})
       : comm_(comm), max_elements_(max_elements), opt_(opt) {
     detail::device_guard guard(comm.device());
-    // Arguments are judged before the first collective step but thrown after it, on every rank:
-    // a rank that threw alone would leave its peers waiting in the exchange.
-    check_configuration(argument_error(max_elements, opt));
-    engine_ = std::make_unique<engine_type>(comm, max_elements, opt);
-    if constexpr (Comp::keeps_state) {  // the deferred update's kernels (detail/preload.cuh)
-      detail::preload_kernels(collective::update_kernel<collective::tile_config<Quant, float, Comp, Policy>>,
-                              collective::update_kernel<collective::tile_config<Quant, half_t, Comp, Policy>>,
-                              collective::update_kernel<collective::tile_config<Quant, bfloat16_t, Comp, Policy>>,
-                              collective::update_kernel<collective::tile_config<quant::none, float, Comp, Policy>>,
-                              collective::update_kernel<collective::tile_config<quant::none, half_t, Comp, Policy>>,
-                              collective::update_kernel<collective::tile_config<quant::none, bfloat16_t, Comp, Policy>>);
+    try {
+      build();
+    } catch (...) {
+      if (done_) (void)cudaEventDestroy(done_);  // engine_ frees itself; the destructor will not run
+      (void)cudaGetLastError();
+      throw;
     }
-    const dispatch_entry d = engine_->dispatch(comm.size());
-    unquantized_below_ = opt.unquantized_below_bytes >= 0 ? static_cast<size_t>(opt.unquantized_below_bytes) : d.unquantized_below;
-    ECHO_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   }
 
   all_reduce(const all_reduce&) = delete;
@@ -347,6 +340,33 @@ class all_reduce {
     return {W::threads, W::blocks_per_sm, W::flag_elems, W::stage_lag, W::lane_values};
   }
 
+  // Collective: throws on every rank or on none. A step that fails on one rank only (a bad
+  // argument, a refused allocation) is held to the next exchange (detail/collective_setup.cuh):
+  // a rank that threw alone would leave its peers waiting there.
+  void build() {
+    detail::collective_setup setup(comm_, "echo::all_reduce");
+    setup.local([&] {
+      if (const char* bad = argument_error(max_elements_, opt_)) throw echo::error("echo::all_reduce", bad, __FILE__, __LINE__);
+    });
+    check_configuration(setup);
+    engine_ = std::make_unique<engine_type>(comm_, max_elements_, opt_);  // collective itself
+    setup.local([&] {
+      if constexpr (Comp::keeps_state) {  // the deferred update's kernels (detail/preload.cuh)
+        detail::preload_kernels(collective::update_kernel<collective::tile_config<Quant, float, Comp, Policy>>,
+                                collective::update_kernel<collective::tile_config<Quant, half_t, Comp, Policy>>,
+                                collective::update_kernel<collective::tile_config<Quant, bfloat16_t, Comp, Policy>>,
+                                collective::update_kernel<collective::tile_config<quant::none, float, Comp, Policy>>,
+                                collective::update_kernel<collective::tile_config<quant::none, half_t, Comp, Policy>>,
+                                collective::update_kernel<collective::tile_config<quant::none, bfloat16_t, Comp, Policy>>);
+      }
+      const dispatch_entry d = engine_->dispatch(comm_.size());
+      unquantized_below_ =
+          opt_.unquantized_below_bytes >= 0 ? static_cast<size_t>(opt_.unquantized_below_bytes) : d.unquantized_below;
+      ECHO_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    });
+    setup.agree();
+  }
+
   /// What is wrong with the constructor's arguments (null: nothing).
   static const char* argument_error(size_t max_elements, const options& opt) {
     if (max_elements == 0) return "max_elements must be > 0";
@@ -357,11 +377,10 @@ class all_reduce {
     return nullptr;
   }
 
-  /// Every rank must have built the same object: compare what each rank built (collective). A
-  /// rank whose own arguments are bad (bad_arguments) takes part, then every rank throws.
-  void check_configuration(const char* bad_arguments) {
+  /// Every rank must have built the same object: compare what each rank built (collective; a
+  /// rank whose own arguments were bad is reported by the exchange, on every rank).
+  void check_configuration(detail::collective_setup& setup) {
     struct record {
-      uint64_t bad_arguments;
       uint64_t config;
       uint64_t max_elements;
       uint64_t workspace_bytes;
@@ -378,13 +397,9 @@ class all_reduce {
                           policy_shape<collective::mid_policy_t<Policy, Quant, Comp>>()})
       for (const int v : w) s.add(static_cast<uint64_t>(v));
     config_signature_ = s.wide();
-    const record mine{bad_arguments ? 1u : 0u, config_signature_, max_elements_, opt_.workspace_bytes, opt_.unquantized_below_bytes,
+    const record mine{config_signature_, max_elements_, opt_.workspace_bytes, opt_.unquantized_below_bytes,
                       opt_.wide_policy_from_bytes, opt_.mid_policy_from_bytes};
-    const std::vector<record> all = comm_.all_gather(mine);
-    ECHO_REQUIRE(!bad_arguments, "echo::all_reduce", bad_arguments);
-    for (size_t r = 0; r < all.size(); ++r)
-      ECHO_REQUIRE(!all[r].bad_arguments, "echo::all_reduce",
-                   "rank " + std::to_string(r) + " was given invalid arguments (its own error says which)");
+    const std::vector<record> all = setup.all_gather(mine);
     for (size_t r = 0; r < all.size(); ++r) {
       const std::string who = "rank " + std::to_string(r) + " and rank " + std::to_string(comm_.rank()) + " ";
       ECHO_REQUIRE(all[r].config == mine.config, "echo::all_reduce",

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "detail/cuda_check.cuh"
+#include "detail/device_guard.cuh"
 #include "error.cuh"
 
 #include <unistd.h>
@@ -85,6 +86,46 @@ class local_rendezvous {
   std::chrono::milliseconds timeout_;
 };
 
+/// communicator::from_nccl's all-gather: a device buffer and a stream made once, so that an
+/// exchange allocates nothing (payloads up to max_bytes; Echo's are a few hundred bytes).
+class nccl_staging {
+ public:
+  static constexpr size_t max_bytes = 4096;
+
+  nccl_staging(int device, int size) : device_(device), size_(size) {
+    device_guard g(device);
+    ECHO_CUDA_TRY(cudaMalloc(&buf_, max_bytes * (static_cast<size_t>(size) + 1)));
+    const cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+      (void)cudaFree(buf_);
+      ::echo::detail::throw_cuda(e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
+    }
+  }
+  nccl_staging(const nccl_staging&) = delete;
+  nccl_staging& operator=(const nccl_staging&) = delete;
+  ~nccl_staging() {
+    device_guard g(device_);
+    (void)cudaStreamDestroy(stream_);
+    (void)cudaFree(buf_);
+    (void)cudaGetLastError();
+  }
+
+  void all_gather(ncclComm_t comm, const void* send, void* recv, size_t bytes) {
+    ECHO_REQUIRE(bytes <= max_bytes, "echo::communicator::from_nccl (all_gather)",
+                 "setup payload of " + std::to_string(bytes) + " bytes above " + std::to_string(max_bytes));
+    device_guard g(device_);
+    ECHO_CUDA_TRY(cudaMemcpyAsync(buf_, send, bytes, cudaMemcpyHostToDevice, stream_));
+    ECHO_NCCL_TRY(ncclAllGather(buf_, buf_ + bytes, bytes, ncclChar, comm, stream_));
+    ECHO_CUDA_TRY(cudaMemcpyAsync(recv, buf_ + bytes, bytes * static_cast<size_t>(size_), cudaMemcpyDeviceToHost, stream_));
+    ECHO_CUDA_TRY(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  int device_, size_;
+  char* buf_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
 }  // namespace detail
 
 class communicator {
@@ -126,22 +167,11 @@ class communicator {
     ECHO_NCCL_TRY(ncclCommUserRank(comm, &rank));
     ECHO_NCCL_TRY(ncclCommCount(comm, &size));
     ECHO_NCCL_TRY(ncclCommCuDevice(comm, &device));
-    auto ag = [comm, device, size](const void* s, void* d, size_t b) {
-      int prev = 0;
-      ECHO_CUDA_TRY(cudaGetDevice(&prev));
-      ECHO_CUDA_TRY(cudaSetDevice(device));
-      char* buf = nullptr;
-      cudaStream_t st = nullptr;
-      ECHO_CUDA_TRY(cudaMalloc(&buf, b * (static_cast<size_t>(size) + 1)));
-      ECHO_CUDA_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-      ECHO_CUDA_TRY(cudaMemcpy(buf, s, b, cudaMemcpyHostToDevice));
-      ECHO_NCCL_TRY(ncclAllGather(buf, buf + b, b, ncclChar, comm, st));
-      ECHO_CUDA_TRY(cudaStreamSynchronize(st));
-      ECHO_CUDA_TRY(cudaMemcpy(d, buf + b, b * static_cast<size_t>(size), cudaMemcpyDeviceToHost));
-      ECHO_CUDA_TRY(cudaStreamDestroy(st));
-      ECHO_CUDA_TRY(cudaFree(buf));
-      ECHO_CUDA_TRY(cudaSetDevice(prev));
-    };
+    // The staging memory and stream are made here, once: an all-gather that allocated could be
+    // refused on one rank only (under the memory pressure that fails a constructor's own step)
+    // and leave its peers in NCCL, where a collective constructor's failure bit never reaches them.
+    auto stage = std::make_shared<detail::nccl_staging>(device, size);
+    auto ag = [comm, stage](const void* s, void* d, size_t b) { stage->all_gather(comm, s, d, b); };
     return communicator(rank, size, device, ag, comm);
   }
 

@@ -15,6 +15,7 @@ Three backends, picked at construction:
 from __future__ import annotations
 
 import weakref
+import zlib
 from typing import Optional
 
 import numpy as np
@@ -88,12 +89,39 @@ class EchoAllReduce:
     ):
         if group is None:
             group = dist.distributed_c10d._get_default_group()
-        if max_elements <= 0:
-            raise ValueError(f"EchoAllReduce: max_elements must be > 0, got {max_elements}")
-        enabled, quant, bits = config.apply_env(quant, bits)
         self.group = group
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
+        self._handle = 0
+        self._chains: dict[int, _ChainInfo] = {}
+        self.device = None
+        # Construction is collective: what this rank finds wrong is held until every rank has
+        # compared notes (_agree), so that all raise together; a rank that raised alone would leave
+        # its peers in the op's all-gather (until the process group's timeout) or, with
+        # ECHO_ALLREDUCE set on some ranks only, calling a different all-reduce than theirs.
+        failure = None
+        try:
+            self._configure(max_elements, quant, bits, group_size, comp, storage, transport, unquantized_below_bytes,
+                            spin_limit_s, backend, device)
+        except (ValueError, RuntimeError) as e:
+            failure = e
+        self._agree(failure)
+        if self.backend == "cuda":
+            # boxed(): the group as the TorchScript object an op argument takes (as c10d's own ops).
+            self._handle = torch.ops.echo.create(
+                group.boxed(), "nccl" in str(dist.get_backend(group)), self.device.index, self.max_elements, self.quant,
+                self.bits, self.group_size, self.comp, self.storage, self.transport, self.unquantized_below_bytes,
+                float(spin_limit_s))
+
+    def _configure(self, max_elements, quant, bits, group_size, comp, storage, transport, unquantized_below_bytes,
+                   spin_limit_s, backend, device) -> None:
+        """This rank's part of the constructor: no collective step."""
+        self.backend = None
+        if max_elements <= 0:
+            raise ValueError(f"EchoAllReduce: max_elements must be > 0, got {max_elements}")
+        if not (0 < float(spin_limit_s) <= 86400):
+            raise ValueError(f"EchoAllReduce: spin_limit_s must be in (0, 86400], got {spin_limit_s}")
+        enabled, quant, bits = config.apply_env(quant, bits)
         self.max_elements = int(max_elements)
         self.quant, self.bits, self.group_size = quant, int(bits), int(group_size)
         self.comp, self.storage, self.transport = comp, storage, transport
@@ -101,28 +129,58 @@ class EchoAllReduce:
         if comp not in ("none", "error_feedback"):
             raise ValueError(f"EchoAllReduce: comp must be 'none' or 'error_feedback', got {comp!r}")
         self.keeps_state = comp == "error_feedback"
-        self._handle = 0
-        self._chains: dict[int, _ChainInfo] = {}
         if not enabled:
             backend = "off"
         elif backend is None:
-            backend = "cuda" if "nccl" in str(dist.get_backend(group)) else "reference"
+            backend = "cuda" if "nccl" in str(dist.get_backend(self.group)) else "reference"
         if backend not in ("cuda", "reference", "off"):
             raise ValueError(f"EchoAllReduce: backend must be 'cuda', 'reference' or 'off', got {backend!r}")
         self.backend = backend
-        self.device = None
         if backend == "cuda":
             from . import ops
 
             ops.require()
             device = torch.device("cuda") if device is None else torch.device(device)
-            self.device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
-            # boxed(): the group as the TorchScript object an op argument takes (as c10d's own ops).
-            self._handle = torch.ops.echo.create(
-                group.boxed(), "nccl" in str(dist.get_backend(group)), self.device.index, self.max_elements, quant, self.bits,
-                self.group_size, comp, storage, transport, int(unquantized_below_bytes), float(spin_limit_s))
+            index = torch.cuda.current_device() if device.index is None else device.index
+            if device.type != "cuda" or not 0 <= index < torch.cuda.device_count():
+                raise ValueError(f"EchoAllReduce: no CUDA device {device}")
+            self.device = torch.device("cuda", index)
         elif backend == "reference":
             self._check_reference_entry()
+
+    _AGREED = ("backend", "quant", "bits", "group_size", "comp", "storage", "transport", "max_elements",
+               "unquantized_below_bytes")
+
+    def _agree(self, failure: Optional[BaseException]) -> None:
+        """Collective: every rank's failure bit and configuration. Raises on every rank when any
+        rank failed (that rank its own error) or when two ranks were built differently."""
+        def code(v) -> int:  # stable across processes (hash() of a str is not)
+            return zlib.crc32(v.encode()) if isinstance(v, str) else int(v)
+
+        def value(name: str):  # what the call ignores does not count: bits of quant 'none', ...
+            if (name in ("bits", "group_size") and self.quant == "none") or (name == "storage" and self.comp == "none"):
+                return 0
+            return getattr(self, name)
+
+        mine = [1] + [0] * len(self._AGREED) if failure else [0] + [code(value(f)) for f in self._AGREED]
+        if "nccl" in str(dist.get_backend(self.group)):
+            where = self.device if self.device is not None else torch.device("cuda", torch.cuda.current_device())
+        else:
+            where = torch.device("cpu")
+        t = torch.tensor(mine, dtype=torch.int64, device=where)
+        parts = [torch.empty_like(t) for _ in range(self.world_size)]
+        dist.all_gather(parts, t, group=self.group)
+        rows = [p.cpu().tolist() for p in parts]
+        if failure is not None:
+            raise failure
+        for r, row in enumerate(rows):
+            if row[0]:
+                raise RuntimeError(f"EchoAllReduce: rank {r} failed to set up (its own error says why)")
+        for r, row in enumerate(rows):
+            for name, theirs, ours in zip(self._AGREED, row[1:], mine[1:]):
+                if theirs != ours:
+                    raise ValueError(f"EchoAllReduce: rank {r} and rank {self.rank} were built with different {name} "
+                                     f"(the arguments, or {config.ENV})")
 
     # ---- chains -------------------------------------------------------------------------------
     def state_bytes(self, n: int) -> int:

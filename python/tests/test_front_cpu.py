@@ -245,6 +245,43 @@ def test_env_switch():
     run_ranks(_env_switch)
 
 
+def _mismatched_construction(rank, world):
+    """A rank whose construction fails alone, or that is built differently (an argument, or
+    ECHO_ALLREDUCE set on one rank only), makes every rank raise at once; none waits in the
+    group, and the group works afterwards."""
+    import time
+
+    from echo_allreduce import EchoAllReduce
+
+    t0 = time.monotonic()
+    with pytest.raises((ValueError, RuntimeError)) as e:  # rank 0: its own error; rank 1: rank 0 failed
+        EchoAllReduce(None, 0 if rank == 0 else 100, backend="reference")
+    assert ("max_elements must be > 0" if rank == 0 else "rank 0 failed to set up") in str(e.value)
+    with pytest.raises(ValueError, match="different bits"):
+        EchoAllReduce(None, 100, bits=4 if rank == 0 else 8, comp="none", backend="reference")
+    os.environ["ECHO_ALLREDUCE"] = "off" if rank == 1 else ""
+    try:
+        with pytest.raises(ValueError, match="different backend"):
+            EchoAllReduce(None, 100, comp="none", backend="reference")
+    finally:
+        os.environ["ECHO_ALLREDUCE"] = ""
+    with pytest.raises((ValueError, RuntimeError)) as e:
+        EchoAllReduce(None, 100, comp="none", backend="reference" if rank == 0 else "bogus")
+    assert ("rank 1 failed to set up" if rank == 0 else "backend must be") in str(e.value)
+    # what a call ignores does not count: bits and group size of quant 'none'
+    EchoAllReduce(None, 100, quant="none", comp="none", bits=4 if rank == 0 else 8, backend="reference")
+    assert time.monotonic() - t0 < 60
+    comm = EchoAllReduce(None, 1000, comp="none", backend="reference")  # the group still works
+    x = rank_inputs(0, 1000, torch.float32)[rank]
+    got = comm.all_reduce(x.clone())
+    want = reference.all_reduce([to_numpy(t) for t in rank_inputs(0, 1000, torch.float32)], comp="none")[rank]
+    assert np.array_equal(to_numpy(got), want)
+
+
+def test_mismatched_construction_raises_on_every_rank():
+    run_ranks(_mismatched_construction)
+
+
 def _autograd(rank, world):
     """reduce_from_tp: forward = Echo's sum (bit for bit the reference on the forward chain),
     backward = identity. copy_to_tp: forward = identity, backward = Echo's sum of the gradients

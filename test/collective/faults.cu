@@ -406,3 +406,19 @@ TEST_CASE("one rank's bad constructor argument: every rank throws, none waits fo
   reference_check<za4, echo::comp::none, bf16> rc(5000);  // and the communicators still work
   rc.step(5000);
 }
+
+TEST_CASE("ranks whose workspace allocation is refused: every rank throws, none waits, nothing leaks") {
+  // Before (2026-12-01) a refused rank threw alone and its peers waited in the buffer's exchange
+  // (the local communicator's 120 s here; forever through a user callback or NCCL), and a rank
+  // that had allocated its workspace kept it.
+  auto& comms = local_comms();
+  if (comms.size() < 2) {
+    MESSAGE("SKIPPED here: needs two ranks");
+    return;
+  }
+  echo::all_reduce_options opt;
+  opt.workspace_bytes = size_t(4) << 30;
+  check_some_ranks_refused<echo::all_reduce<za4>>(comms, 1 << 20, opt);
+  reference_check<za4, echo::comp::none, bf16> rc(5000);  // and the communicators still work
+  rc.step(5000);
+}

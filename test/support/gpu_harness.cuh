@@ -11,6 +11,8 @@
 #include "support/bits.hpp"
 #include "support/random.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -185,6 +187,75 @@ std::vector<std::unique_ptr<AR>> make_all(size_t max_elements, typename AR::opti
     ars[static_cast<size_t>(c.rank())] = std::make_unique<AR>(c, max_elements, opt);
   });
   return ars;
+}
+
+/// Builds an AR on every rank of comms while device memory is taken so that some ranks' workspace
+/// allocation is refused and at least one rank's succeeds: on a GPU its ranks share, room for
+/// one workspace and a half is left; else the GPU of rank 1 keeps half a workspace (its ranks are
+/// refused). Every rank must throw at once (none waiting for a peer that gave up: the
+/// communicator's 120 s timeout says "arrive"), the refused ranks their cudaMalloc error, the
+/// others "rank r failed to set up"; and no rank may keep what it had allocated.
+template <class AR>
+void check_some_ranks_refused(const std::vector<echo::communicator>& comms, size_t max_elements,
+                              const typename AR::options& opt) {
+  const int P = static_cast<int>(comms.size());
+  size_t W = 0;  // this configuration's workspace, from a build that succeeds
+  {
+    std::vector<std::unique_ptr<AR>> ars(comms.size());
+    echo::for_each_rank(comms, [&](const echo::communicator& c) {
+      ars[static_cast<size_t>(c.rank())] = std::make_unique<AR>(c, max_elements, opt);
+    });
+    W = ars[0]->workspace_bytes();
+  }
+  REQUIRE(W >= (size_t(1) << 30));  // large against everything else a construction allocates
+  std::vector<int> devices;
+  for (const auto& c : comms)
+    if (std::find(devices.begin(), devices.end(), c.device()) == devices.end()) devices.push_back(c.device());
+  const auto free_on = [](int d) {
+    size_t f = 0, t = 0;
+    cudaSetDevice(d);
+    REQUIRE(cudaMemGetInfo(&f, &t) == cudaSuccess);
+    return f;
+  };
+  std::vector<size_t> before;
+  for (int d : devices) before.push_back(free_on(d));
+  const bool shared = comms[0].device() == comms[1].device();
+  void* hog = nullptr;
+  {
+    const int d = comms[1].device();
+    const size_t keep = shared ? W + W / 2 : W / 2, f = free_on(d);
+    REQUIRE(f > keep + (size_t(1) << 30));
+    REQUIRE(cudaMalloc(&hog, f - keep) == cudaSuccess);
+  }
+  std::vector<std::string> what(comms.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  echo::for_each_rank(comms, [&](const echo::communicator& c) {
+    try {
+      AR ar(c, max_elements, opt);
+    } catch (const echo::error& e) {
+      what[static_cast<size_t>(c.rank())] = e.what();
+    }
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cudaSetDevice(comms[1].device());
+  REQUIRE(cudaFree(hog) == cudaSuccess);
+  int refused = 0, told = 0;
+  for (int r = 0; r < P; ++r) {
+    const std::string& w = what[static_cast<size_t>(r)];
+    INFO("rank " << r << ": " << (w.empty() ? std::string("did not throw") : w));
+    CHECK(!w.empty());
+    CHECK(w.find("arrive") == std::string::npos);
+    refused += w.find("cudaMalloc") != std::string::npos;
+    told += w.find("failed to set up") != std::string::npos;
+  }
+  CHECK(refused >= 1);
+  CHECK(told >= 1);
+  CHECK(refused + told == P);
+  CHECK(seconds < 20.0);
+  for (size_t i = 0; i < devices.size(); ++i) {  // what the ranks had allocated is free again
+    INFO("device " << devices[i]);
+    CHECK(free_on(devices[i]) + W / 4 > before[i]);
+  }
 }
 
 /// Whether Transport can run at this P; prints why not (the test then returns early, and

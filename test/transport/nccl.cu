@@ -37,3 +37,14 @@ TEST_CASE("a communicator without an ncclComm_t cannot build the nccl transport"
   for (const std::string& w : why)
     CHECK_MESSAGE(w.find("holds no ncclComm_t") != std::string::npos, (w.empty() ? std::string("the constructor did not throw") : w));
 }
+
+TEST_CASE("nccl transport: ranks whose buffers are refused: every rank throws, none waits in NCCL, nothing leaks") {
+  // The engine's allocation comes after its exchanges; before (2026-12-01) a refused rank threw
+  // alone and its peers, built, would have waited in NCCL on their first call, forever.
+  if (!echo_test::runnable<echo::transport::nccl>()) return;
+  auto& comms = *echo_test::nccl_comms();
+  echo::all_reduce_options opt;
+  opt.workspace_bytes = size_t(4) << 30;
+  echo_test::check_some_ranks_refused<echo::all_reduce<echo::quant::zero_aware<4, 128>, echo::transport::nccl>>(
+      comms, size_t(1) << 30, opt);
+}

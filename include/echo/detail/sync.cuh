@@ -49,6 +49,7 @@ enum class wait_result : int { ok, mismatch, abort, timeout };
 struct flag_words {
   static constexpr size_t bytes = 16;
 };
+static_assert(sync_words::bytes % flag_words::bytes == 0, "flags after the sync words stay 16-byte aligned");
 
 /// The stamp that travels beside the epoch: the epoch's low 32 bits and the call signature.
 ECHO_HD uint64_t flag_stamp(uint64_t epoch, uint32_t sig) { return (epoch << 32) | sig; }
@@ -83,7 +84,12 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
 /// the epoch beside it; a re-read after the acquire cannot be (the stamp is stored before the
 /// epoch is released).
 __device__ __forceinline__ void flag_observe(const uint64_t* flag, uint64_t& e, uint64_t& stamp) {
-  asm volatile("ld.acquire.sys.global.v2.u64 {%0, %1}, [%2];" : "=l"(e), "=l"(stamp) : "l"(flag) : "memory");
+  // .global takes a global address: convert the generic pointer rather than rely on the two
+  // coinciding (they do on every shipped GPU, but the PTX spec does not promise it).
+  asm volatile("ld.acquire.sys.global.v2.u64 {%0, %1}, [%2];"
+               : "=l"(e), "=l"(stamp)
+               : "l"(static_cast<uint64_t>(__cvta_generic_to_global(flag)))
+               : "memory");
 }
 
 /// After the epoch word showed e >= epoch (acquired): the current epoch with another signature is
@@ -97,10 +103,11 @@ __device__ __forceinline__ wait_result judge_stamp(uint64_t stamp, uint64_t epoc
 }
 __device__ __forceinline__ wait_result judge_reached(const uint64_t* flag, uint64_t e, uint64_t stamp, uint64_t epoch,
                                                      uint32_t sig) {
-  if (e != epoch) return wait_result::ok;
-  if (static_cast<uint32_t>(stamp >> 32) != static_cast<uint32_t>(epoch))  // torn, or already the next launch's
-    stamp = cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*const_cast<uint64_t*>(flag + 1))
-                .load(cuda::memory_order_relaxed);
+  if (e != epoch || stamp == flag_stamp(epoch, sig)) return wait_result::ok;
+  // Anything else may be torn (an older stamp, even one exactly 2^32 launches old whose high half
+  // matches) or already the next launch's: re-read it, now ordered after the acquired epoch.
+  stamp = cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*const_cast<uint64_t*>(flag + 1))
+              .load(cuda::memory_order_relaxed);
   return judge_stamp(stamp, epoch, sig);
 }
 

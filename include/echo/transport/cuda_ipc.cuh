@@ -15,6 +15,7 @@
 #include "../collective/tier.cuh"
 #include "../communicator.cuh"
 #include "../detail/ceil_div.cuh"
+#include "../detail/collective_setup.cuh"
 #include "../detail/cuda_check.cuh"
 #include "../detail/dependent_launch.cuh"
 #include "../detail/device_guard.cuh"
@@ -75,64 +76,20 @@ struct cuda_ipc {
    public:
     static constexpr size_t probe_bytes = 256;
 
-    symmetric_buffer(const communicator& comm, size_t bytes) : rank_(comm.rank()), size_(comm.size()) {
-      const char* call = "echo::transport::cuda_ipc::symmetric_buffer";
-      echo::detail::device_guard guard(comm.device());
-      bytes_ = bytes + probe_bytes;
-      ECHO_CUDA_TRY(cudaMalloc(&local_, bytes_));
-      ECHO_CUDA_TRY(cudaMemset(local_, 0, bytes_));
-      ECHO_CUDA_TRY(cudaDeviceSynchronize());
-      struct entry {
-        int pid;
-        int device;
-        unsigned long long bytes;
-        void* ptr;
-        cudaIpcMemHandle_t handle;
-        uint64_t host;     // which machine (hash of the host name)
-        char bus_id[32];   // which GPU of it (PCI bus id)
-      } mine{static_cast<int>(getpid()), comm.device(), bytes_, local_, {}, echo::detail::host_fingerprint(), {}};
-      ECHO_CUDA_TRY(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, comm.device()));
-      const bool solo = comm.size() == 1;
-      if (!solo) ECHO_CUDA_TRY(cudaIpcGetMemHandle(&mine.handle, local_));
-      const std::vector<entry> all = comm.all_gather(mine);
-      peers_.assign(static_cast<size_t>(size_), nullptr);
-      opened_.assign(static_cast<size_t>(size_), false);
-      for (int r = 0; r < size_; ++r) {
-        const entry& e = all[static_cast<size_t>(r)];
-        ECHO_REQUIRE(e.bytes == bytes_, call, "ranks asked for different workspace sizes (rank " + std::to_string(r) + ")");
-        ECHO_REQUIRE(e.host == mine.host, call, "rank " + std::to_string(r) + " is on another machine: cuda_ipc is single-node (use transport::nccl)");
-        int sharing = 0;  // ranks on rank r's GPU
-        for (const entry& o : all) sharing += std::strncmp(o.bus_id, e.bus_id, sizeof e.bus_id) == 0;
-        ranks_per_device_ = std::max(ranks_per_device_, sharing);
-        if (r == rank_) {
-          peers_[static_cast<size_t>(r)] = local_;
-        } else if (e.pid == mine.pid) {  // same process: direct peer access
-          if (e.device != comm.device()) {
-            int can = 0;
-            ECHO_CUDA_TRY(cudaDeviceCanAccessPeer(&can, comm.device(), e.device));
-            ECHO_REQUIRE(can, call, "no peer access from device " + std::to_string(comm.device()) + " to device " + std::to_string(e.device));
-            detail::enable_peer_access(comm.device(), e.device);
-          }
-          peers_[static_cast<size_t>(r)] = static_cast<unsigned char*>(e.ptr);
-        } else {
-          void* p = nullptr;
-          ECHO_CUDA_TRY(cudaIpcOpenMemHandle(&p, e.handle, cudaIpcMemLazyEnablePeerAccess));
-          peers_[static_cast<size_t>(r)] = static_cast<unsigned char*>(p);
-          opened_[static_cast<size_t>(r)] = true;
-        }
+    symmetric_buffer(const communicator& comm, size_t bytes)
+        : rank_(comm.rank()), size_(comm.size()), device_(comm.device()) {
+      try {
+        build(comm, bytes);
+      } catch (...) {
+        release();  // the destructor does not run for a constructor that throws
+        throw;
       }
-      probe(comm);
     }
 
     symmetric_buffer(const symmetric_buffer&) = delete;
     symmetric_buffer& operator=(const symmetric_buffer&) = delete;
 
-    ~symmetric_buffer() {
-      for (size_t r = 0; r < peers_.size(); ++r)
-        if (opened_[r]) (void)cudaIpcCloseMemHandle(peers_[r]);
-      if (local_) (void)cudaFree(local_);
-      (void)cudaGetLastError();
-    }
+    ~symmetric_buffer() { release(); }
 
     unsigned char* data() const { return local_ + probe_bytes; }
     /// Rank r's buffer (past the probe), as this rank's device addresses it.
@@ -142,34 +99,115 @@ struct cuda_ipc {
     int ranks_per_device() const { return ranks_per_device_; }
 
    private:
+    // Collective: throws on every rank or on none (detail/collective_setup.cuh).
+    void build(const communicator& comm, size_t bytes) {
+      const char* call = "echo::transport::cuda_ipc::symmetric_buffer";
+      echo::detail::device_guard guard(comm.device());
+      echo::detail::collective_setup setup(comm, call);
+      bytes_ = bytes + probe_bytes;
+      struct entry {
+        int pid;
+        int device;
+        unsigned long long bytes;
+        void* ptr;
+        cudaIpcMemHandle_t handle;
+        uint64_t host;     // which machine (hash of the host name)
+        char bus_id[32];   // which GPU of it (PCI bus id)
+      } mine{static_cast<int>(getpid()), comm.device(), bytes_, nullptr, {}, echo::detail::host_fingerprint(), {}};
+      const bool solo = comm.size() == 1;
+      setup.local([&] {
+        ECHO_CUDA_TRY(cudaMalloc(&local_, bytes_));
+        ECHO_CUDA_TRY(cudaMemset(local_, 0, bytes_));
+        ECHO_CUDA_TRY(cudaDeviceSynchronize());
+        ECHO_CUDA_TRY(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, comm.device()));
+        if (!solo) ECHO_CUDA_TRY(cudaIpcGetMemHandle(&mine.handle, local_));
+        mine.ptr = local_;
+      });
+      const std::vector<entry> all = setup.all_gather(mine);
+      peers_.assign(static_cast<size_t>(size_), nullptr);
+      opened_.assign(static_cast<size_t>(size_), false);
+      setup.local([&] {
+        for (int r = 0; r < size_; ++r) {
+          const entry& e = all[static_cast<size_t>(r)];
+          ECHO_REQUIRE(e.bytes == bytes_, call, "ranks asked for different workspace sizes (rank " + std::to_string(r) + ")");
+          ECHO_REQUIRE(e.host == mine.host, call, "rank " + std::to_string(r) + " is on another machine: cuda_ipc is single-node (use transport::nccl)");
+          int sharing = 0;  // ranks on rank r's GPU
+          for (const entry& o : all) sharing += std::strncmp(o.bus_id, e.bus_id, sizeof e.bus_id) == 0;
+          ranks_per_device_ = std::max(ranks_per_device_, sharing);
+          if (r == rank_) {
+            peers_[static_cast<size_t>(r)] = local_;
+          } else if (e.pid == mine.pid) {  // same process: direct peer access
+            if (e.device != comm.device()) {
+              int can = 0;
+              ECHO_CUDA_TRY(cudaDeviceCanAccessPeer(&can, comm.device(), e.device));
+              ECHO_REQUIRE(can, call, "no peer access from device " + std::to_string(comm.device()) + " to device " + std::to_string(e.device));
+              detail::enable_peer_access(comm.device(), e.device);
+            }
+            peers_[static_cast<size_t>(r)] = static_cast<unsigned char*>(e.ptr);
+          } else {
+            void* p = nullptr;
+            ECHO_CUDA_TRY(cudaIpcOpenMemHandle(&p, e.handle, cudaIpcMemLazyEnablePeerAccess));
+            peers_[static_cast<size_t>(r)] = static_cast<unsigned char*>(p);
+            opened_[static_cast<size_t>(r)] = true;
+          }
+        }
+      });
+      probe(setup);
+    }
+
+    void release() {
+      echo::detail::device_guard guard(device_);  // the caller may be on another device
+      for (size_t r = 0; r < peers_.size(); ++r)
+        if (opened_[r]) (void)cudaIpcCloseMemHandle(peers_[r]);
+      peers_.clear();
+      opened_.clear();
+      if (local_) (void)cudaFree(local_);
+      local_ = nullptr;
+      (void)cudaGetLastError();
+    }
+
     // Write through every mapping and read it back, on the device: trust no driver's word.
-    void probe(const communicator& comm) {
+    void probe(echo::detail::collective_setup& setup) {
       const char* call = "echo::transport::cuda_ipc::symmetric_buffer (peer probe)";
-      unsigned char** d_peers = nullptr;
-      uint32_t* d_ok = nullptr;
-      ECHO_CUDA_TRY(cudaMalloc(&d_peers, sizeof(void*) * peers_.size()));
-      ECHO_CUDA_TRY(cudaMalloc(&d_ok, sizeof(uint32_t)));
-      ECHO_CUDA_TRY(cudaMemcpy(d_peers, peers_.data(), sizeof(void*) * peers_.size(), cudaMemcpyHostToDevice));
-      detail::probe_peers<><<<1, 1>>>(d_peers, rank_, size_, d_ok);
-      ECHO_CUDA_TRY(cudaGetLastError());
-      ECHO_CUDA_TRY(cudaDeviceSynchronize());
       uint32_t ok = 0;
-      ECHO_CUDA_TRY(cudaMemcpy(&ok, d_ok, sizeof ok, cudaMemcpyDeviceToHost));
-      (void)cudaFree(d_peers);
-      (void)cudaFree(d_ok);
-      comm.barrier();  // every peer has written into our probe slots
-      std::vector<uint32_t> slots(static_cast<size_t>(size_));
-      ECHO_CUDA_TRY(cudaMemcpy(slots.data(), local_, sizeof(uint32_t) * slots.size(), cudaMemcpyDeviceToHost));
-      for (int r = 0; r < size_; ++r)
-        ok &= slots[static_cast<size_t>(r)] ==
-              (0xEC000000u | (static_cast<uint32_t>(r) << 8) | static_cast<uint32_t>(rank_));
-      const std::vector<uint32_t> all = comm.all_gather(ok);
+      setup.local([&] {
+        unsigned char** d_peers = nullptr;
+        uint32_t* d_ok = nullptr;
+        const auto free_both = [&] {
+          if (d_peers) (void)cudaFree(d_peers);
+          if (d_ok) (void)cudaFree(d_ok);
+        };
+        try {
+          ECHO_CUDA_TRY(cudaMalloc(&d_peers, sizeof(void*) * peers_.size()));
+          ECHO_CUDA_TRY(cudaMalloc(&d_ok, sizeof(uint32_t)));
+          ECHO_CUDA_TRY(cudaMemcpy(d_peers, peers_.data(), sizeof(void*) * peers_.size(), cudaMemcpyHostToDevice));
+          int rank = rank_, size = size_;
+          void* args[] = {&d_peers, &rank, &size, &d_ok};
+          // The launch's own status (an error the caller left behind must not fail the probe).
+          ECHO_CUDA_TRY(cudaLaunchKernel(reinterpret_cast<const void*>(&detail::probe_peers<>), dim3(1), dim3(1), args, 0, nullptr));
+          ECHO_CUDA_TRY(cudaDeviceSynchronize());
+          ECHO_CUDA_TRY(cudaMemcpy(&ok, d_ok, sizeof ok, cudaMemcpyDeviceToHost));
+        } catch (...) {
+          free_both();
+          throw;
+        }
+        free_both();
+      });
+      setup.agree();  // every peer has written into our probe slots
+      setup.local([&] {
+        std::vector<uint32_t> slots(static_cast<size_t>(size_));
+        ECHO_CUDA_TRY(cudaMemcpy(slots.data(), local_, sizeof(uint32_t) * slots.size(), cudaMemcpyDeviceToHost));
+        for (int r = 0; r < size_; ++r)
+          ok &= slots[static_cast<size_t>(r)] ==
+                (0xEC000000u | (static_cast<uint32_t>(r) << 8) | static_cast<uint32_t>(rank_));
+      });
+      const std::vector<uint32_t> all = setup.all_gather(ok);
       for (int r = 0; r < size_; ++r)
         ECHO_REQUIRE(all[static_cast<size_t>(r)] == 1u, call,
                      "rank " + std::to_string(r) + " could not write to and read back from its peers' memory");
     }
 
-    int rank_, size_;
+    int rank_, size_, device_;
     int ranks_per_device_ = 0;
     size_t bytes_ = 0;
     unsigned char* local_ = nullptr;
@@ -203,47 +241,18 @@ struct cuda_ipc {
     /// Values a flag covers at least when the message is large (bounds the flag region).
     static constexpr size_t min_flag_elems = 2048;
 
-    /// Collective: every rank of comm builds one, with the same arguments.
+    /// Collective: every rank of comm builds one, with the same arguments; it throws on every
+    /// rank or on none (detail/collective_setup.cuh).
     engine(const communicator& comm, size_t max_elements, const all_reduce_options& opt)
         : comm_(comm), opt_(opt) {
-      const char* call = "echo::all_reduce (cuda_ipc engine)";
       echo::detail::device_guard guard(comm.device());
-      cudaDeviceProp prop{};
-      ECHO_CUDA_TRY(cudaGetDeviceProperties(&prop, comm.device()));
-      sms_ = prop.multiProcessorCount;
-      gpu_name_ = prop.name;
-      const int P = comm.size();
-      const dispatch_entry d = dispatch(P);
-      if (opt.wide_policy_from_bytes >= 0) {
-        wide_from_ = mid_to_heavy_ = mid_to_lean_ = mid_to_stateful_ = wide_from_unquantized_ =
-            static_cast<size_t>(opt.wide_policy_from_bytes);
-      } else {
-        if (d.wide_from) wide_from_ = d.wide_from;
-        mid_to_heavy_ = d.mid_to_heavy ? d.mid_to_heavy : wide_from_;
-        mid_to_lean_ = d.mid_to_lean ? d.mid_to_lean : mid_to_heavy_;
-        mid_to_stateful_ = d.mid_to_stateful ? d.mid_to_stateful : mid_to_heavy_;
-        if (d.wide_from_unquantized) wide_from_unquantized_ = d.wide_from_unquantized;
+      try {
+        build(max_elements);
+      } catch (...) {
+        if (d_peers_) (void)cudaFree(d_peers_);  // buffer_ frees itself; the destructor will not run
+        (void)cudaGetLastError();
+        throw;
       }
-      if (opt.mid_policy_from_bytes >= 0) mid_from_ = static_cast<size_t>(opt.mid_policy_from_bytes);
-      else if (d.mid_from) mid_from_ = d.mid_from;
-      if (P == 1) return;
-      layout_.ranks = P;
-      const size_t max_seg = echo::detail::partition{max_elements, 32, P}.size(0);
-      layout_.flag_tiles = std::max<size_t>(64, echo::detail::ceil_div(max_seg, min_flag_elems) + 1);
-      layout_.oneshot_bytes = oneshot_bytes;
-      layout_.ring_bytes = std::max(min_ring_bytes, opt.workspace_bytes / (2 * static_cast<size_t>(P)) & ~size_t(255));
-      colocated_ = ranks_per_context(comm) > 1;
-      if (colocated_) layout_.ring_bytes = std::max(layout_.ring_bytes, one_launch_ring_bytes(max_seg));
-      buffer_ = std::make_unique<symmetric_buffer>(comm, layout_.total());
-      std::vector<unsigned char*> peers(static_cast<size_t>(P));
-      for (int r = 0; r < P; ++r) peers[static_cast<size_t>(r)] = buffer_->peer_data(r);
-      ECHO_CUDA_TRY(cudaMalloc(&d_peers_, sizeof(void*) * peers.size()));
-      ECHO_CUDA_TRY(cudaMemcpy(d_peers_, peers.data(), sizeof(void*) * peers.size(), cudaMemcpyHostToDevice));
-      ECHO_REQUIRE(buffer_->ranks_per_device() >= 1, call, "no rank on this device");
-      // Every kernel a call may launch, loaded now (detail/preload.cuh: ranks sharing a GPU).
-      preload<float>();
-      preload<half_t>();
-      preload<bfloat16_t>();
     }
     engine(const engine&) = delete;
     engine& operator=(const engine&) = delete;
@@ -355,6 +364,55 @@ struct cuda_ipc {
     /// (spread small messages over the warps), more above (fewer system-scope fences): measured.
     static constexpr size_t spread_warps = 2048;
 
+    void build(size_t max_elements) {
+      const communicator& comm = comm_;
+      const all_reduce_options& opt = opt_;
+      const char* call = "echo::all_reduce (cuda_ipc engine)";
+      echo::detail::collective_setup setup(comm, call);
+      const int P = comm.size();
+      setup.local([&] {
+        status_.allocate();
+        cudaDeviceProp prop{};
+        ECHO_CUDA_TRY(cudaGetDeviceProperties(&prop, comm.device()));
+        sms_ = prop.multiProcessorCount;
+        gpu_name_ = prop.name;
+        const dispatch_entry d = dispatch(P);
+        if (opt.wide_policy_from_bytes >= 0) {
+          wide_from_ = mid_to_heavy_ = mid_to_lean_ = mid_to_stateful_ = wide_from_unquantized_ =
+              static_cast<size_t>(opt.wide_policy_from_bytes);
+        } else {
+          if (d.wide_from) wide_from_ = d.wide_from;
+          mid_to_heavy_ = d.mid_to_heavy ? d.mid_to_heavy : wide_from_;
+          mid_to_lean_ = d.mid_to_lean ? d.mid_to_lean : mid_to_heavy_;
+          mid_to_stateful_ = d.mid_to_stateful ? d.mid_to_stateful : mid_to_heavy_;
+          if (d.wide_from_unquantized) wide_from_unquantized_ = d.wide_from_unquantized;
+        }
+        if (opt.mid_policy_from_bytes >= 0) mid_from_ = static_cast<size_t>(opt.mid_policy_from_bytes);
+        else if (d.mid_from) mid_from_ = d.mid_from;
+      });
+      if (P == 1) return setup.agree();
+      layout_.ranks = P;
+      const size_t max_seg = echo::detail::partition{max_elements, 32, P}.size(0);
+      layout_.flag_tiles = std::max<size_t>(64, echo::detail::ceil_div(max_seg, min_flag_elems) + 1);
+      layout_.oneshot_bytes = oneshot_bytes;
+      layout_.ring_bytes = std::max(min_ring_bytes, opt.workspace_bytes / (2 * static_cast<size_t>(P)) & ~size_t(255));
+      colocated_ = ranks_per_context(setup) > 1;  // an exchange: reports the steps above
+      if (colocated_) layout_.ring_bytes = std::max(layout_.ring_bytes, one_launch_ring_bytes(max_seg));
+      buffer_ = std::make_unique<symmetric_buffer>(comm, layout_.total());  // collective itself
+      setup.local([&] {
+        std::vector<unsigned char*> peers(static_cast<size_t>(P));
+        for (int r = 0; r < P; ++r) peers[static_cast<size_t>(r)] = buffer_->peer_data(r);
+        ECHO_CUDA_TRY(cudaMalloc(&d_peers_, sizeof(void*) * peers.size()));
+        ECHO_CUDA_TRY(cudaMemcpy(d_peers_, peers.data(), sizeof(void*) * peers.size(), cudaMemcpyHostToDevice));
+        ECHO_REQUIRE(buffer_->ranks_per_device() >= 1, call, "no rank on this device");
+        // Every kernel a call may launch, loaded now (detail/preload.cuh: ranks sharing a GPU).
+        preload<float>();
+        preload<half_t>();
+        preload<bfloat16_t>();
+      });
+      setup.agree();
+    }
+
     /// The most ranks of comm that one process drives on one GPU (collective). Such ranks share a
     /// CUDA context, and their streams can share one of the device's hardware work queues
     /// (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default, fewer than the streams a process makes): a
@@ -362,14 +420,14 @@ struct cuda_ipc {
     /// waits behind its own first launch, which spins until the peer's arrives, which waits behind
     /// it: a deadlock until the spin limit. So for them every call is planned as one launch (the
     /// rings hold a whole call; docs/scale-out.md). Ranks in separate processes time-slice instead.
-    static int ranks_per_context(const communicator& comm) {
+    int ranks_per_context(echo::detail::collective_setup& setup) const {
       struct entry {
         uint64_t host;
         int pid;
         char bus_id[32];
       } mine{echo::detail::host_fingerprint(), static_cast<int>(getpid()), {}};
-      ECHO_CUDA_TRY(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, comm.device()));
-      const std::vector<entry> all = comm.all_gather(mine);
+      setup.local([&] { ECHO_CUDA_TRY(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, comm_.device())); });
+      const std::vector<entry> all = setup.all_gather(mine);
       int most = 1;
       for (const entry& a : all) {
         int n = 0;

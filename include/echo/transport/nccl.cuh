@@ -6,6 +6,7 @@
 #include "../collective/staged_kernels.cuh"
 #include "../communicator.cuh"
 #include "../detail/ceil_div.cuh"
+#include "../detail/collective_setup.cuh"
 #include "../detail/cuda_check.cuh"
 #include "../detail/dependent_launch.cuh"
 #include "../detail/device_guard.cuh"
@@ -53,35 +54,21 @@ struct nccl {
     static constexpr int sets = 2;
 
     /// Local (not symmetric) buffers: per set P send, P recv, 1 reduced, P gathered slots.
+    /// Collective: throws on every rank or on none (detail/collective_setup.cuh).
     engine(const communicator& comm, size_t max_elements, const all_reduce_options& opt) : comm_(comm) {
-      const char* call = "echo::all_reduce (nccl engine)";
       echo::detail::device_guard guard(comm.device());
-      ECHO_REQUIRE(comm.nccl() != nullptr, call,
-                   "the communicator holds no ncclComm_t (use communicator::from_nccl, or local(devices, true))");
-      cudaDeviceProp prop{};
-      ECHO_CUDA_TRY(cudaGetDeviceProperties(&prop, comm.device()));
-      gpu_name_ = prop.name;
-      sms_ = prop.multiProcessorCount;
-      link_ = link_class(comm);
-      if (comm.size() == 1) return;
-      // A segment's packets at the widest (fp32 through quant::none: 4 bytes a value), capped.
-      const size_t seg = echo::detail::partition{max_elements, 32, comm.size()}.size(0) + 2048;
-      const size_t slot = std::max(min_slot_bytes, std::min(seg * 4, opt.workspace_bytes / (sets * slots()))) & ~size_t(255);
-      bytes_ = sets * slots() * (slot + collective::slot_header::bytes);
-      ECHO_CUDA_TRY(cudaMalloc(&base_, bytes_));
-      ECHO_CUDA_TRY(cudaMemset(base_, 0, bytes_));
-      ECHO_CUDA_TRY(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
-      for (auto& e : events_) ECHO_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      try {
+        build(max_elements, opt);
+      } catch (...) {
+        release();  // the destructor does not run for a constructor that throws
+        throw;
+      }
     }
     engine(const engine&) = delete;
     engine& operator=(const engine&) = delete;
     ~engine() {
       echo::detail::device_guard guard(comm_.device());
-      for (auto& e : events_)
-        if (e) (void)cudaEventDestroy(e);
-      if (side_) (void)cudaStreamDestroy(side_);
-      if (base_) (void)cudaFree(base_);
-      (void)cudaGetLastError();
+      release();
     }
 
     size_t workspace_bytes() const { return bytes_; }
@@ -217,6 +204,48 @@ struct nccl {
 
    private:
     static constexpr size_t min_slot_bytes = size_t(64) << 10;
+
+    void build(size_t max_elements, const all_reduce_options& opt) {
+      const communicator& comm = comm_;
+      const char* call = "echo::all_reduce (nccl engine)";
+      echo::detail::collective_setup setup(comm, call);
+      setup.local([&] {
+        status_.allocate();
+        ECHO_REQUIRE(comm.nccl() != nullptr, call,
+                     "the communicator holds no ncclComm_t (use communicator::from_nccl, or local(devices, true))");
+        cudaDeviceProp prop{};
+        ECHO_CUDA_TRY(cudaGetDeviceProperties(&prop, comm.device()));
+        gpu_name_ = prop.name;
+        sms_ = prop.multiProcessorCount;
+      });
+      link_ = link_class(setup);  // an exchange: reports the steps above
+      if (comm.size() == 1) return;
+      setup.local([&] {
+        // A segment's packets at the widest (fp32 through quant::none: 4 bytes a value), capped.
+        const size_t seg = echo::detail::partition{max_elements, 32, comm.size()}.size(0) + 2048;
+        const size_t slot = std::max(min_slot_bytes, std::min(seg * 4, opt.workspace_bytes / (sets * slots()))) & ~size_t(255);
+        bytes_ = sets * slots() * (slot + collective::slot_header::bytes);
+        ECHO_CUDA_TRY(cudaMalloc(&base_, bytes_));
+        ECHO_CUDA_TRY(cudaMemset(base_, 0, bytes_));
+        ECHO_CUDA_TRY(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+        for (auto& e : events_) ECHO_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      });
+      // Before the first call's NCCL operations: a rank that failed here would leave its peers
+      // waiting in NCCL, which has no timeout.
+      setup.agree();
+    }
+
+    void release() {
+      for (auto& e : events_) {
+        if (e) (void)cudaEventDestroy(e);
+        e = nullptr;
+      }
+      if (side_) (void)cudaStreamDestroy(side_);
+      side_ = nullptr;
+      if (base_) (void)cudaFree(base_);
+      base_ = nullptr;
+      (void)cudaGetLastError();
+    }
     size_t slots() const { return 3 * static_cast<size_t>(comm_.size()) + 1; }
 
     status finish(bool good, bool cuda_bad) {
@@ -231,9 +260,9 @@ struct nccl {
     }
 
     /// "p2p" when every rank is on this machine and NCCL may use peer-to-peer; else "net".
-    static const char* link_class(const communicator& comm) {
+    static const char* link_class(echo::detail::collective_setup& setup) {
       const uint64_t mine = echo::detail::host_fingerprint();
-      const std::vector<uint64_t> all = comm.all_gather(mine);
+      const std::vector<uint64_t> all = setup.all_gather(mine);
       const char* p2p_off = std::getenv("NCCL_P2P_DISABLE");
       bool local = !(p2p_off && std::strcmp(p2p_off, "0") != 0);
       for (uint64_t h : all) local = local && h == mine;
