@@ -60,7 +60,7 @@ class _ChainInfo:
     def __init__(self):
         self.capacity = None  # elements, for a chain new_chain() made
         self.n = None  # n of the chain's last call
-        self.pending = None  # (input data_ptr, n) of a deferred call awaiting update()
+        self.pending = None  # (input data_ptr, n, dtype) of a deferred call awaiting update()
 
 
 class EchoAllReduce:
@@ -103,7 +103,7 @@ class EchoAllReduce:
         try:
             self._configure(max_elements, quant, bits, group_size, comp, storage, transport, unquantized_below_bytes,
                             spin_limit_s, backend, device)
-        except (ValueError, RuntimeError) as e:
+        except Exception as e:  # whatever it is (a TypeError too), every rank must hear of it
             failure = e
         self._agree(failure)
         if self.backend == "cuda":
@@ -151,7 +151,7 @@ class EchoAllReduce:
     _AGREED = ("backend", "quant", "bits", "group_size", "comp", "storage", "transport", "max_elements",
                "unquantized_below_bytes")
 
-    def _agree(self, failure: Optional[BaseException]) -> None:
+    def _agree(self, failure: Optional[Exception]) -> None:
         """Collective: every rank's failure bit and configuration. Raises on every rank when any
         rank failed (that rank its own error) or when two ranks were built differently."""
         def code(v) -> int:  # stable across processes (hash() of a str is not)
@@ -212,7 +212,11 @@ class EchoAllReduce:
         return chain
 
     def _format(self) -> tuple:
-        return (self.comp, self.storage)
+        # A chain's errors are laid out by the storage and kept for the elements this rank owns
+        # under this quantizer at this P, so a chain made for another of these would be read
+        # wrong without any check failing on the device.
+        q = (self.quant,) if self.quant == "none" else (self.quant, self.bits, self.group_size)
+        return (self.comp, self.storage, q, self.world_size, self.rank)
 
     def _info(self, chain) -> _ChainInfo:
         key = id(chain)
@@ -276,6 +280,8 @@ class EchoAllReduce:
             if out is None:
                 dist.all_reduce(x, group=self.group)
                 return x
+            if out.dtype != x.dtype or out.shape != x.shape:  # as the other backends (copy_ would broadcast, cast)
+                raise ValueError("EchoAllReduce.all_reduce: out must have x's dtype and shape")
             out.copy_(x)
             dist.all_reduce(out, group=self.group)
             return out
@@ -302,11 +308,12 @@ class EchoAllReduce:
             info = self._info(chain)
             if info.pending is None:
                 raise RuntimeError("EchoAllReduce.update: this chain has no deferred call awaiting its update")
-            if info.pending != (self._ptr(x), x.numel()):
+            if info.pending != (self._ptr(x), x.numel(), x.dtype):  # the dtype too: a view as another type
                 raise ValueError("EchoAllReduce.update: x must be the input of the chain's deferred call")
-            info.pending = None
         if self.backend == "cuda":
             torch.ops.echo.update(self._handle, x, chain)
+        if not _compiling():  # settled only once the op took it
+            self._info(chain).pending = None
 
     def reset_chain(self, chain) -> None:
         """Start ``chain`` afresh (a pass boundary), stream-ordered and capturable in a CUDA graph.
@@ -339,8 +346,8 @@ class EchoAllReduce:
             return
         fmt = _CHAIN_FORMATS.get(id(chain)) if self.backend == "cuda" else None
         if fmt is not None and fmt != self._format():
-            raise ValueError(f"EchoAllReduce.all_reduce: the chain holds state of comp {fmt[0]!r} storage {fmt[1]!r}; "
-                             f"this object keeps {self.comp!r} storage {self.storage!r} (use its own new_chain())")
+            raise ValueError(f"EchoAllReduce.all_reduce: the chain was made for (comp, storage, quantizer, ranks, rank) "
+                             f"{fmt}; this object is {self._format()} (use its own new_chain())")
         if self._info(chain).pending is not None:
             raise RuntimeError("EchoAllReduce.all_reduce: the chain's deferred call awaits update(x, chain) first")
 
@@ -349,7 +356,7 @@ class EchoAllReduce:
             return
         info = self._info(chain)
         info.n = x.numel()
-        info.pending = (self._ptr(x), info.n) if deferred else None
+        info.pending = (self._ptr(x), info.n, x.dtype) if deferred else None
 
     @staticmethod
     def _ptr(x: torch.Tensor) -> int:
@@ -415,8 +422,13 @@ class EchoAllReduce:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        # close() is collective: leaving by an exception, which may be this rank's alone, must not
+        # enter a barrier its peers are not in (on NCCL it would pair with a peer's next
+        # all-reduce). The object then stays open; close() on every rank frees it.
+        if exc_type is None:
+            self.close()
+        return False
 
     def __repr__(self):
         q = self.quant if self.quant == "none" else f"{self.quant} {self.bits}-bit g{self.group_size}"

@@ -126,6 +126,11 @@ def _misuse(rank, world):
     with pytest.raises(ValueError, match="input of the chain's deferred call"):
         comm.update(x.clone(), chain)
     comm.update(x, chain)
+    h = x.to(torch.float16)  # an update given the deferred input viewed as another dtype is refused
+    comm.all_reduce(h, out=torch.empty_like(h), chain=chain, mode="deferred")
+    with pytest.raises(ValueError, match="input of the chain's deferred call"):
+        comm.update(h.view(torch.bfloat16), chain)
+    comm.update(h, chain)  # and the chain is still awaiting the right one
     with pytest.raises(ValueError, match="max_elements"):
         comm.all_reduce(torch.randn(1001), chain=chain)
     with pytest.raises(ValueError, match="capacity"):
@@ -231,6 +236,9 @@ def _env_switch(rank, world):
         got = comm.all_reduce(x.clone())
         if value == "off":
             assert comm.backend == "off" and not comm.should_use(x)
+            for bad in (torch.empty(2, 4096), torch.empty(4096, dtype=torch.float64)):  # no broadcast, no cast
+                with pytest.raises(ValueError, match="dtype and shape"):
+                    comm.all_reduce(x.clone(), out=bad)
             want = x.clone()
             dist.all_reduce(want)
             assert same_bits(got, want)
@@ -257,6 +265,9 @@ def _mismatched_construction(rank, world):
     with pytest.raises((ValueError, RuntimeError)) as e:  # rank 0: its own error; rank 1: rank 0 failed
         EchoAllReduce(None, 0 if rank == 0 else 100, backend="reference")
     assert ("max_elements must be > 0" if rank == 0 else "rank 0 failed to set up") in str(e.value)
+    with pytest.raises((TypeError, RuntimeError)) as e:  # not only ValueError: any error is held
+        EchoAllReduce(None, 100, group_size=None if rank == 0 else 128, backend="reference")
+    assert isinstance(e.value, TypeError) if rank == 0 else "rank 0 failed to set up" in str(e.value)
     with pytest.raises(ValueError, match="different bits"):
         EchoAllReduce(None, 100, bits=4 if rank == 0 else 8, comp="none", backend="reference")
     os.environ["ECHO_ALLREDUCE"] = "off" if rank == 1 else ""
