@@ -163,14 +163,7 @@ class EchoAllReduce:
             return getattr(self, name)
 
         mine = [1] + [0] * len(self._AGREED) if failure else [0] + [code(value(f)) for f in self._AGREED]
-        if "nccl" in str(dist.get_backend(self.group)):
-            where = self.device if self.device is not None else torch.device("cuda", torch.cuda.current_device())
-        else:
-            where = torch.device("cpu")
-        t = torch.tensor(mine, dtype=torch.int64, device=where)
-        parts = [torch.empty_like(t) for _ in range(self.world_size)]
-        dist.all_gather(parts, t, group=self.group)
-        rows = [p.cpu().tolist() for p in parts]
+        rows = self._gather_ints(mine)
         if failure is not None:
             raise failure
         for r, row in enumerate(rows):
@@ -181,6 +174,17 @@ class EchoAllReduce:
                 if theirs != ours:
                     raise ValueError(f"EchoAllReduce: rank {r} and rank {self.rank} were built with different {name} "
                                      f"(the arguments, or {config.ENV})")
+
+    def _gather_ints(self, mine: list) -> list:
+        """Collective: every rank's list of ints (all of one length) over the group."""
+        if "nccl" in str(dist.get_backend(self.group)):
+            where = self.device if self.device is not None else torch.device("cuda", torch.cuda.current_device())
+        else:
+            where = torch.device("cpu")
+        t = torch.tensor(mine, dtype=torch.int64, device=where)
+        parts = [torch.empty_like(t) for _ in range(self.world_size)]
+        dist.all_gather(parts, t, group=self.group)
+        return [p.cpu().tolist() for p in parts]
 
     # ---- chains -------------------------------------------------------------------------------
     def state_bytes(self, n: int) -> int:
@@ -271,34 +275,48 @@ class EchoAllReduce:
         next call (it needs out, not in place). Errors: ValueError for a bad argument (wrong dtype,
         device, layout, size, chain), RuntimeError for a failure on the device.
         """
-        if mode not in _MODES:
-            raise ValueError(f"EchoAllReduce.all_reduce: mode must be 'fused' or 'deferred', got {mode!r}")
         deferred = mode == "deferred"
-        if deferred and (out is None or out is x):
-            raise ValueError("EchoAllReduce.all_reduce: a deferred call needs an out tensor apart from x")
-        if self.backend == "off":
-            if out is None:
-                dist.all_reduce(x, group=self.group)
-                return x
-            if out.dtype != x.dtype or out.shape != x.shape:  # as the other backends (copy_ would broadcast, cast)
-                raise ValueError("EchoAllReduce.all_reduce: out must have x's dtype and shape")
-            out.copy_(x)
-            dist.all_reduce(out, group=self.group)
-            return out
-        if self.keeps_state and chain is None:
-            raise ValueError("EchoAllReduce.all_reduce: comp 'error_feedback' needs a chain (new_chain())")
         target = x if out is None else out
         eager = not _compiling()
-        if eager:
-            self._begin(chain)
         if self.backend == "reference":
-            self._reference_call(x, target, chain)
+            # Every rank's verdict is exchanged before the data (_reference_call): raising here on
+            # one rank alone would leave its peers in gloo until the group's timeout.
+            failure = None
+            try:
+                self._judge_call(x, out, chain, mode, eager)
+                self._check_reference_call(x, target, chain)
+            except Exception as e:
+                failure = e
+            self._reference_call(x, target, chain, failure)
         else:
+            self._judge_call(x, out, chain, mode, eager)
+            if self.backend == "off":
+                if out is None:
+                    dist.all_reduce(x, group=self.group)
+                    return x
+                out.copy_(x)
+                dist.all_reduce(out, group=self.group)
+                return out
             state = chain if self.keeps_state else None
             torch.ops.echo.all_reduce(self._handle, x, target, state, deferred)
         if eager:  # only a call that was accepted leaves a deferred update pending
             self._accepted(chain, x, deferred)
         return target
+
+    def _judge_call(self, x: torch.Tensor, out: Optional[torch.Tensor], chain, mode: str, eager: bool) -> None:
+        """What the front refuses before a call (the op and the reference judge the tensors)."""
+        if mode not in _MODES:
+            raise ValueError(f"EchoAllReduce.all_reduce: mode must be 'fused' or 'deferred', got {mode!r}")
+        if mode == "deferred" and (out is None or out is x):
+            raise ValueError("EchoAllReduce.all_reduce: a deferred call needs an out tensor apart from x")
+        if self.backend == "off":
+            if out is not None and (out.dtype != x.dtype or out.shape != x.shape):  # copy_ would broadcast, cast
+                raise ValueError("EchoAllReduce.all_reduce: out must have x's dtype and shape")
+            return
+        if self.keeps_state and chain is None:
+            raise ValueError("EchoAllReduce.all_reduce: comp 'error_feedback' needs a chain (new_chain())")
+        if eager:
+            self._begin(chain)
 
     def update(self, x: torch.Tensor, chain) -> None:
         """The deferred half of ``all_reduce(x, out, chain, mode='deferred')``: same x, unchanged."""
@@ -362,15 +380,23 @@ class EchoAllReduce:
     def _ptr(x: torch.Tensor) -> int:
         return x.data_ptr()
 
-    def _reference_call(self, x: torch.Tensor, target: torch.Tensor, chain) -> torch.Tensor:
-        if x.dtype not in _DTYPES:
-            raise ValueError(f"EchoAllReduce.all_reduce: dtype must be float32, float16 or bfloat16, got {x.dtype}")
-        if target.dtype != x.dtype or target.shape != x.shape:
-            raise ValueError("EchoAllReduce.all_reduce: out must have x's dtype and shape")
-        if x.numel() > self.max_elements:
-            raise ValueError(f"EchoAllReduce.all_reduce: {x.numel()} elements exceed max_elements = {self.max_elements}")
-        if self.keeps_state and x.numel() > chain.capacity:
-            raise ValueError(f"EchoAllReduce.all_reduce: {x.numel()} elements exceed the chain's capacity {chain.capacity}")
+    def _reference_call(self, x: torch.Tensor, target: torch.Tensor, chain, failure: Optional[Exception]) -> None:
+        # Collective even for a refused call: the verdicts, n and the element type are exchanged
+        # before the data, so a call refused on one rank raises on every rank (its own error on the
+        # rank that made it), and ranks of different n never hand gloo buffers of different sizes.
+        head = [1, 0, 0] if failure else [0, x.numel(), list(_DTYPES).index(x.dtype)]
+        rows = self._gather_ints(head)
+        if failure is not None:
+            raise failure
+        for r, row in enumerate(rows):
+            if row[0]:
+                raise RuntimeError(f"EchoAllReduce.all_reduce: rank {r}'s call was refused (its own error says why)")
+        for r, row in enumerate(rows):
+            if row[1:] != head[1:]:
+                types = list(_DTYPES)
+                raise RuntimeError(f"EchoAllReduce.all_reduce: ranks made different calls (n, element type): rank {r} "
+                                   f"{row[1]} {types[row[2]]}, rank {self.rank} {head[1]} {x.dtype}; nothing was "
+                                   "summed and the chain is unchanged")
         # Gather raw bytes: every backend all-gathers uint8, whatever the dtype.
         nbytes = x.numel() * x.element_size()
         quant, comp, state = self.quant, self.comp, chain.state if self.keeps_state else None
@@ -391,7 +417,16 @@ class EchoAllReduce:
         mine = torch.from_numpy(outs[self.rank].view(np.uint8)).view(x.dtype).view(x.shape)
         with torch.no_grad():
             target.copy_(mine)
-        return target
+
+    def _check_reference_call(self, x: torch.Tensor, target: torch.Tensor, chain) -> None:
+        if x.dtype not in _DTYPES:
+            raise ValueError(f"EchoAllReduce.all_reduce: dtype must be float32, float16 or bfloat16, got {x.dtype}")
+        if target.dtype != x.dtype or target.shape != x.shape:
+            raise ValueError("EchoAllReduce.all_reduce: out must have x's dtype and shape")
+        if x.numel() > self.max_elements:
+            raise ValueError(f"EchoAllReduce.all_reduce: {x.numel()} elements exceed max_elements = {self.max_elements}")
+        if self.keeps_state and x.numel() > chain.capacity:
+            raise ValueError(f"EchoAllReduce.all_reduce: {x.numel()} elements exceed the chain's capacity {chain.capacity}")
 
     def _check_reference_entry(self) -> None:
         names = (self.quant, self.comp)

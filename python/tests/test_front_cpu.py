@@ -169,6 +169,49 @@ def test_a_refused_deferred_call_leaves_the_chain_usable():
     run_ranks(_refused_deferred_call)
 
 
+def _one_rank_refused(rank, world):
+    """The reference backend: a call refused on one rank only raises on every rank (that rank its
+    own error, its peers the rank's number), as do calls of different n or element type, instead
+    of leaving the peers in gloo until the group's timeout; the chain goes on unchanged."""
+    from echo_allreduce import EchoAllReduce
+
+    n = 1000
+    comm = EchoAllReduce(None, n, comp="error_feedback", storage=STORAGES[0], backend="reference")
+    chain, twin = comm.new_chain(), comm.new_chain()
+    x = rank_inputs(0, n, torch.float32)[rank]
+    bad = {
+        "dtype": dict(x=x.double()),
+        "shape": dict(out=torch.empty(n - 1)),
+        "chain": dict(chain=None),
+        "mode": dict(mode="later"),
+        "max_elements": dict(x=torch.randn(n + 1), out=torch.empty(n + 1)),
+    }
+    for culprit in range(world):
+        for why, change in bad.items():
+            args = dict(x=x, out=torch.empty_like(x), chain=chain, mode="deferred")
+            if rank == culprit:
+                args.update(change)
+                with pytest.raises(ValueError, match=why):
+                    comm.all_reduce(**args)
+            else:
+                with pytest.raises(RuntimeError, match=f"rank {culprit}'s call was refused"):
+                    comm.all_reduce(**args)
+    for k, other in ((n - 1 - rank, torch.float32), (n, torch.float16 if rank else torch.float32)):
+        y = rank_inputs(1, k, other)[rank]
+        with pytest.raises(RuntimeError, match="different calls"):
+            comm.all_reduce(y, out=torch.empty_like(y), chain=chain, mode="deferred")
+    # nothing was summed into the chain and no update is pending: it equals a fresh chain
+    for call in range(2):
+        y = rank_inputs(2 + call, n, torch.bfloat16)[rank]
+        a = comm.all_reduce(y, out=torch.empty_like(y), chain=chain)
+        b = comm.all_reduce(y, out=torch.empty_like(y), chain=twin)
+        assert same_bits(a, b), call
+
+
+def test_a_call_refused_on_one_rank_raises_on_every_rank():
+    run_ranks(_one_rank_refused, timeout=120)
+
+
 def _unquantized_below(rank, world):
     """The reference backend honours unquantized_below_bytes as the cuda backend does: below it
     the exact sum, the chain untouched up to the one-shot size."""

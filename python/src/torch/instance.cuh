@@ -5,10 +5,12 @@
 #include "../common/quantizers.hpp"
 #include "instance.hpp"
 
+#include <echo/detail/collective_setup.cuh>
 #include <echo/echo.cuh>
 
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 namespace echo_py::torch_ops {
 
@@ -16,12 +18,19 @@ namespace detail {
 
 /// transport::nccl needs an NCCL communicator of the ranks: made here from a unique id that
 /// rank 0 draws and the bootstrap all-gather hands to everyone. Owned by the instance.
+/// Collective as echo's constructors are (echo/detail/collective_setup.cuh): a rank whose device or
+/// id fails throws with every rank at the id's exchange, before any rank enters
+/// ncclCommInitRank, which would wait for it without a timeout. A failure inside
+/// ncclCommInitRank itself is NCCL's own, as for any NCCL communicator.
 inline ncclComm_t make_nccl(const bootstrap& b) {
+  const echo::communicator boot(b.rank, b.size, b.device, b.all_gather);
+  echo::detail::collective_setup setup(boot, "echo.create (its NCCL communicator)");
   ncclUniqueId mine{};
-  if (b.rank == 0) ECHO_NCCL_TRY(ncclGetUniqueId(&mine));
-  std::vector<ncclUniqueId> all(static_cast<size_t>(b.size));
-  b.all_gather(&mine, all.data(), sizeof mine);
-  ECHO_CUDA_TRY(cudaSetDevice(b.device));
+  setup.local([&] {
+    ECHO_CUDA_TRY(cudaSetDevice(b.device));
+    if (b.rank == 0) ECHO_NCCL_TRY(ncclGetUniqueId(&mine));
+  });
+  const std::vector<ncclUniqueId> all = setup.all_gather(mine);
   ncclComm_t comm = nullptr;
   ECHO_NCCL_TRY(ncclCommInitRank(&comm, b.size, all[0], b.rank));
   return comm;
@@ -41,8 +50,15 @@ class instance_impl final : public instance {
     opt.unquantized_below_bytes = o.unquantized_below_bytes;
     opt.check_pointers = false;  // the op has checked every tensor's device already
     if constexpr (nccl) nccl_ = detail::make_nccl(b);
-    const echo::communicator comm(b.rank, b.size, b.device, b.all_gather, nccl_);
-    ar_ = std::make_unique<AR>(comm, o.max_elements, opt);
+    try {
+      const echo::communicator comm(b.rank, b.size, b.device, b.all_gather, nccl_);
+      ar_ = std::make_unique<AR>(comm, o.max_elements, opt);  // throws on every rank or on none
+    } catch (...) {
+      // The destructor does not run for a constructor that throws. Every rank is here together,
+      // but abort, not destroy: an error path must not wait on NCCL.
+      if (nccl_) (void)ncclCommAbort(nccl_);
+      throw;
+    }
   }
 
   ~instance_impl() override {
