@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The Python package's tests (python/): installs it with pip into a virtual environment under the
 # build folder, as a user would (pip install ./python --no-build-isolation), and runs python/tests
-# with pytest. It builds the host reference always, and the torch ops where torch (with CUDA) and
-# nvcc are present. Tests that need torch or 2 GPUs report themselves skipped, with the reason.
+# with pytest. It installs torch from PyPI where it is missing (the front's tests run on CPU, over
+# gloo), builds the host reference always, and the torch ops where torch (with CUDA) and nvcc are
+# present (about 8 minutes on 2 cores). Tests that need torch or 2 GPUs report themselves skipped,
+# with the reason.
 #
 #   ECHO_PYTHON_TORCH=0 scripts/test-python.sh   do not install torch where it is missing
 set -euo pipefail
@@ -30,7 +32,7 @@ for pkg in numpy pytest nanobind scikit_build_core; do
   "$py" -c "import $pkg" 2>/dev/null || missing+=("${pkg//_/-}")
 done
 [ ${#missing[@]} -eq 0 ] || "$py" -m pip install -q "${missing[@]}"
-if ! "$py" -c "import torch" 2>/dev/null && [ "${ECHO_PYTHON_TORCH:-0}" != 0 ]; then
+if ! "$py" -c "import torch" 2>/dev/null && [ "${ECHO_PYTHON_TORCH:-1}" != 0 ]; then
   echo "installing torch (the front's tests need it; ECHO_PYTHON_TORCH=0 skips this)"
   "$py" -m pip install -q torch==2.11.0 || echo "warning: torch did not install; its tests will be skipped"
 fi
