@@ -424,3 +424,81 @@ def _missing_peer(rank, world):
 
 def test_a_missing_peer_is_a_clear_error_not_a_hang():
     run_ranks(_missing_peer, backend=BACKEND, timeout=120)
+
+
+def same_values(got, want):
+    """Bit for bit, except that a NaN may come back with another payload (both sides NaN)."""
+    g, w = got.detach().cpu().float(), want.detach().cpu().float()
+    nan = torch.isnan(w)
+    return torch.equal(torch.isnan(g), nan) and same_bits(got[~nan.to(got.device)], want[~nan])
+
+
+def _random_sequence(rank, world):
+    """Long-lived objects under a random sequence that every rank draws alike (seeded): three
+    objects of different quantizers, compensators and dispatch, two chains each, awkward sizes
+    from 1 element up, three dtypes, in place / out of place / deferred with its update on another
+    stream, resets, shape changes, a NaN or an Inf now and then, calls refused on every rank in
+    between. Every output equals the reference along the same chain's history, and every refused
+    call leaves the chain as it was."""
+    import random
+
+    dev = device(rank)
+    objects = []
+    for cfg, cap, kw in ((("zero_aware", 4, 128, "error_feedback", "step8"), 3 << 19, {}),  # default dispatch
+                         (("zero_aware", 8, 64, "error_feedback", "int8"), 200_000, dict(unquantized_below_bytes=0)),
+                         (("symmetric", 4, 128, "none", ""), 100_000, dict(unquantized_below_bytes=0))):
+        comm = make(cfg, cap, **kw)
+        below = torch.ops.echo.unquantized_below_bytes(comm._handle)
+        chains = [(comm.new_chain(), Expect(cfg, world, cap)) for _ in range(2)]
+        objects.append((cfg, comm, cap, below, chains))
+    rng = random.Random(20261202)
+    side = torch.cuda.Stream()
+    counts = {}
+    for call in range(int(os.environ.get("ECHO_PY_SOAK_CALLS", "240"))):
+        cfg, comm, cap, below, chains = objects[rng.randrange(len(objects))]
+        chain, expect = chains[rng.randrange(2)]
+        ef = cfg[3] == "error_feedback"
+        if ef and rng.random() < 0.05:
+            comm.reset_chain(chain)
+            expect.chain.reset()
+        dtype = rng.choice(DTYPES)
+        n = rng.choice((rng.randint(1, 300), rng.randint(1, 5000), rng.randint(1, cap)))
+        xs = rank_inputs(1000 + call, n, dtype, world)
+        if rng.random() < 0.05:  # the same position on one rank: its group's outputs are NaN / Inf
+            xs[rng.randrange(world)][rng.randrange(n)] = rng.choice((float("nan"), float("inf")))
+        if rng.random() < 0.05:  # refused on every rank: too large, or a deferred call in place
+            big = torch.zeros(cap + 1, dtype=dtype, device=dev)
+            torch.cuda.synchronize()
+            before = chain.clone()
+            with pytest.raises(ValueError):
+                if rng.random() < 0.5:
+                    comm.all_reduce(big, out=torch.empty_like(big), chain=chain)
+                else:
+                    comm.all_reduce(big[:n], out=big[:n], chain=chain, mode="deferred")
+            torch.cuda.synchronize()
+            assert torch.equal(chain, before), call
+        x = xs[rank].to(dev)
+        mode = rng.choice(("in place", "out", "deferred") if ef else ("in place", "out"))
+        if mode == "in place":
+            got = comm.all_reduce(x, chain=chain)
+        elif mode == "out":
+            got = comm.all_reduce(x, out=torch.empty_like(x), chain=chain)
+        else:
+            got = comm.all_reduce(x, out=torch.empty_like(x), chain=chain, mode="deferred")
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                comm.update(x, chain)
+            torch.cuda.current_stream().wait_stream(side)
+        nbytes = n * x.element_size()
+        exact = nbytes < below  # the default dispatch's 16-bit paths; up to 1 MiB the chain passes through
+        want = expect(xs, rank, quant="none" if exact else None, chain=not (exact and nbytes <= 1 << 20))
+        assert same_values(got, want), (call, cfg, dtype, n, mode)
+        counts[mode] = counts.get(mode, 0) + 1
+    for _, comm, _, _, _ in objects:
+        comm.check()
+        comm.close()
+    assert len(counts) == 3, counts
+
+
+def test_a_random_sequence_on_long_lived_objects_equals_the_reference():
+    run_ranks(_random_sequence, backend=BACKEND, timeout=400)
