@@ -107,7 +107,11 @@ def _entry(rank, world, port, fn, args):
 
 def _init_and_run(fn, args):
     rank = int(os.environ["RANK"])
-    use_cuda = torch.cuda.is_available() and not getattr(args, "cpu", False)
+    # A GPU a rank on this node, or none: with fewer GPUs than local ranks (one GPU, two spawned
+    # ranks) the ranks would share a device NCCL refuses, and one of them hang the others.
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+    use_cuda = (torch.cuda.is_available() and torch.cuda.device_count() >= local_world
+                and not getattr(args, "cpu", False))
     if use_cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     else:  # ranks share the cores
