@@ -105,7 +105,10 @@ class EchoAllReduce:
                             spin_limit_s, backend, device)
         except Exception as e:  # whatever it is (a TypeError too), every rank must hear of it
             failure = e
-        self._agree(failure)
+        try:
+            self._agree(failure)
+        finally:
+            failure = None  # its traceback holds this frame: a reference cycle otherwise
         if self.backend == "cuda":
             # boxed(): the group as the TorchScript object an op argument takes (as c10d's own ops).
             self._handle = torch.ops.echo.create(
@@ -165,7 +168,10 @@ class EchoAllReduce:
         mine = [1] + [0] * len(self._AGREED) if failure else [0] + [code(value(f)) for f in self._AGREED]
         rows = self._gather_ints(mine)
         if failure is not None:
-            raise failure
+            try:
+                raise failure
+            finally:
+                failure = None
         for r, row in enumerate(rows):
             if row[0]:
                 raise RuntimeError(f"EchoAllReduce: rank {r} failed to set up (its own error says why)")
@@ -281,13 +287,16 @@ class EchoAllReduce:
         if self.backend == "reference":
             # Every rank's verdict is exchanged before the data (_reference_call): raising here on
             # one rank alone would leave its peers in gloo until the group's timeout.
-            failure = None
+            failure, prepared = None, None
             try:
                 self._judge_call(x, out, chain, mode, eager)
-                self._check_reference_call(x, target, chain)
+                prepared = self._prepare_reference_call(x, target, chain)
             except Exception as e:
                 failure = e
-            self._reference_call(x, target, chain, failure)
+            try:
+                self._reference_call(x, target, prepared, failure)
+            finally:
+                failure = None  # its traceback holds this frame: a cycle keeping x, out and self alive
         else:
             self._judge_call(x, out, chain, mode, eager)
             if self.backend == "off":
@@ -380,14 +389,43 @@ class EchoAllReduce:
     def _ptr(x: torch.Tensor) -> int:
         return x.data_ptr()
 
-    def _reference_call(self, x: torch.Tensor, target: torch.Tensor, chain, failure: Optional[Exception]) -> None:
+    def _prepare_reference_call(self, x: torch.Tensor, target: torch.Tensor, chain) -> tuple:
+        """Everything of a reference call that can fail on one rank alone, before any exchange."""
+        if not isinstance(x, torch.Tensor) or not isinstance(target, torch.Tensor):
+            raise TypeError("EchoAllReduce.all_reduce: x and out must be tensors")
+        if x.dtype not in _DTYPES:
+            raise ValueError(f"EchoAllReduce.all_reduce: dtype must be float32, float16 or bfloat16, got {x.dtype}")
+        if x.layout != torch.strided or target.layout != torch.strided:
+            raise ValueError("EchoAllReduce.all_reduce: x and out must be dense (strided) tensors")
+        if target.dtype != x.dtype or target.shape != x.shape:
+            raise ValueError("EchoAllReduce.all_reduce: out must have x's dtype and shape")
+        if x.numel() > self.max_elements:
+            raise ValueError(f"EchoAllReduce.all_reduce: {x.numel()} elements exceed max_elements = {self.max_elements}")
+        if self.keeps_state and x.numel() > chain.capacity:
+            raise ValueError(f"EchoAllReduce.all_reduce: {x.numel()} elements exceed the chain's capacity {chain.capacity}")
+        nbytes = x.numel() * x.element_size()
+        quant, comp, state = self.quant, self.comp, chain.state if self.keeps_state else None
+        if 0 <= nbytes < self.unquantized_below_bytes:
+            # The cuda backend's unquantized paths: exact, the chain untouched (the one-shot kernel,
+            # NCCL's own all-reduce), or the 16-bit pipeline, which keeps the chain.
+            quant = "none"
+            if self.transport == "nccl" or nbytes <= _ONESHOT_BYTES:
+                comp, state = "none", None
+        # Raw bytes travel: every backend all-gathers uint8, whatever the dtype.
+        flat = x.detach().reshape(-1).contiguous().view(torch.uint8)
+        return flat, quant, comp, state
+
+    def _reference_call(self, x: torch.Tensor, target: torch.Tensor, prepared, failure: Optional[Exception]) -> None:
         # Collective even for a refused call: the verdicts, n and the element type are exchanged
         # before the data, so a call refused on one rank raises on every rank (its own error on the
         # rank that made it), and ranks of different n never hand gloo buffers of different sizes.
         head = [1, 0, 0] if failure else [0, x.numel(), list(_DTYPES).index(x.dtype)]
         rows = self._gather_ints(head)
         if failure is not None:
-            raise failure
+            try:
+                raise failure
+            finally:
+                failure = None
         for r, row in enumerate(rows):
             if row[0]:
                 raise RuntimeError(f"EchoAllReduce.all_reduce: rank {r}'s call was refused (its own error says why)")
@@ -397,16 +435,7 @@ class EchoAllReduce:
                 raise RuntimeError(f"EchoAllReduce.all_reduce: ranks made different calls (n, element type): rank {r} "
                                    f"{row[1]} {types[row[2]]}, rank {self.rank} {head[1]} {x.dtype}; nothing was "
                                    "summed and the chain is unchanged")
-        # Gather raw bytes: every backend all-gathers uint8, whatever the dtype.
-        nbytes = x.numel() * x.element_size()
-        quant, comp, state = self.quant, self.comp, chain.state if self.keeps_state else None
-        if 0 <= nbytes < self.unquantized_below_bytes:
-            # The cuda backend's unquantized paths: exact, the chain untouched (the one-shot kernel,
-            # NCCL's own all-reduce), or the 16-bit pipeline, which keeps the chain.
-            quant = "none"
-            if self.transport == "nccl" or nbytes <= _ONESHOT_BYTES:
-                comp, state = "none", None
-        flat = x.detach().reshape(-1).contiguous().view(torch.uint8)
+        flat, quant, comp, state = prepared
         parts = [torch.empty_like(flat) for _ in range(self.world_size)]
         dist.all_gather(parts, flat, group=self.group)
         t = _DTYPES[x.dtype]
@@ -417,16 +446,6 @@ class EchoAllReduce:
         mine = torch.from_numpy(outs[self.rank].view(np.uint8)).view(x.dtype).view(x.shape)
         with torch.no_grad():
             target.copy_(mine)
-
-    def _check_reference_call(self, x: torch.Tensor, target: torch.Tensor, chain) -> None:
-        if x.dtype not in _DTYPES:
-            raise ValueError(f"EchoAllReduce.all_reduce: dtype must be float32, float16 or bfloat16, got {x.dtype}")
-        if target.dtype != x.dtype or target.shape != x.shape:
-            raise ValueError("EchoAllReduce.all_reduce: out must have x's dtype and shape")
-        if x.numel() > self.max_elements:
-            raise ValueError(f"EchoAllReduce.all_reduce: {x.numel()} elements exceed max_elements = {self.max_elements}")
-        if self.keeps_state and x.numel() > chain.capacity:
-            raise ValueError(f"EchoAllReduce.all_reduce: {x.numel()} elements exceed the chain's capacity {chain.capacity}")
 
     def _check_reference_entry(self) -> None:
         names = (self.quant, self.comp)

@@ -180,12 +180,25 @@ def _one_rank_refused(rank, world):
     chain, twin = comm.new_chain(), comm.new_chain()
     x = rank_inputs(0, n, torch.float32)[rank]
     bad = {
-        "dtype": dict(x=x.double()),
-        "shape": dict(out=torch.empty(n - 1)),
-        "chain": dict(chain=None),
-        "mode": dict(mode="later"),
+        "dtype must be": dict(x=x.double()),
+        "dtype and shape": dict(out=torch.empty(n - 1)),
+        "dense": dict(x=x.to_sparse()),
+        "needs a chain": dict(chain=None),
+        "capacity": dict(chain=comm.new_chain(n // 2)),
+        "mode must be": dict(mode="later"),
         "max_elements": dict(x=torch.randn(n + 1), out=torch.empty(n + 1)),
     }
+
+    def unchanged(k, dtype):
+        """The chain equals its twin, which saw none of the refused calls: a call of the same n
+        and type as the refused ones continues the chain (a call of another n would restart it)."""
+        y = rank_inputs(7, k, dtype)[rank]
+        a = comm.all_reduce(y, out=torch.empty_like(y), chain=chain)
+        b = comm.all_reduce(y, out=torch.empty_like(y), chain=twin)
+        assert same_bits(a, b), (k, dtype)
+        comm.reset_chain(chain)
+        comm.reset_chain(twin)
+
     for culprit in range(world):
         for why, change in bad.items():
             args = dict(x=x, out=torch.empty_like(x), chain=chain, mode="deferred")
@@ -196,16 +209,17 @@ def _one_rank_refused(rank, world):
             else:
                 with pytest.raises(RuntimeError, match=f"rank {culprit}'s call was refused"):
                     comm.all_reduce(**args)
-    for k, other in ((n - 1 - rank, torch.float32), (n, torch.float16 if rank else torch.float32)):
-        y = rank_inputs(1, k, other)[rank]
-        with pytest.raises(RuntimeError, match="different calls"):
-            comm.all_reduce(y, out=torch.empty_like(y), chain=chain, mode="deferred")
-    # nothing was summed into the chain and no update is pending: it equals a fresh chain
-    for call in range(2):
-        y = rank_inputs(2 + call, n, torch.bfloat16)[rank]
-        a = comm.all_reduce(y, out=torch.empty_like(y), chain=chain)
-        b = comm.all_reduce(y, out=torch.empty_like(y), chain=twin)
-        assert same_bits(a, b), call
+        unchanged(n, torch.float32)  # what the peers asked for
+    # Different calls: the culprit's (n, type) is the first of a pair, the others' the second. The
+    # check after each is at the culprit's, on every rank; the loops make every rank the culprit.
+    f32, f16 = torch.float32, torch.float16
+    for culprit in range(world):
+        for k, dtype in (((n, n - 1), (f32, f32)), ((n - 1, n), (f32, f32)), ((n, n), (f32, f16)), ((n, n), (f16, f32))):
+            mine = 0 if rank == culprit else 1
+            y = rank_inputs(1, k[mine], dtype[mine])[rank]
+            with pytest.raises(RuntimeError, match="different calls"):
+                comm.all_reduce(y, out=torch.empty_like(y), chain=chain, mode="deferred")
+            unchanged(k[0], dtype[0])
 
 
 def test_a_call_refused_on_one_rank_raises_on_every_rank():

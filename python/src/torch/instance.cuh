@@ -18,10 +18,11 @@ namespace detail {
 
 /// transport::nccl needs an NCCL communicator of the ranks: made here from a unique id that
 /// rank 0 draws and the bootstrap all-gather hands to everyone. Owned by the instance.
-/// Collective as echo's constructors are (echo/detail/collective_setup.cuh): a rank whose device or
-/// id fails throws with every rank at the id's exchange, before any rank enters
-/// ncclCommInitRank, which would wait for it without a timeout. A failure inside
-/// ncclCommInitRank itself is NCCL's own, as for any NCCL communicator.
+/// Collective as echo's constructors are (echo/detail/collective_setup.cuh): when rank 0 cannot
+/// draw the id (ncclGetUniqueId: no network interface, a bootstrap error) every rank throws at
+/// the id's exchange, before any rank enters ncclCommInitRank, which would wait for it without a
+/// timeout. (The device is already current: ops.cpp's guard; setting it again costs nothing.) A
+/// failure inside ncclCommInitRank itself is NCCL's own, as for any NCCL communicator.
 inline ncclComm_t make_nccl(const bootstrap& b) {
   const echo::communicator boot(b.rank, b.size, b.device, b.all_gather);
   echo::detail::collective_setup setup(boot, "echo.create (its NCCL communicator)");
