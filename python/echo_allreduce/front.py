@@ -96,7 +96,7 @@ class EchoAllReduce:
         self._chains: dict[int, _ChainInfo] = {}
         self.device = None
         # Construction is collective: what this rank finds wrong is held until every rank has
-        # compared notes (_agree), so that all raise together; a rank that raised alone would leave
+        # compared notes (_verdicts), so that all raise together; a rank that raised alone would leave
         # its peers in the op's all-gather (until the process group's timeout) or, with
         # ECHO_ALLREDUCE set on some ranks only, calling a different all-reduce than theirs.
         failure = None
@@ -106,9 +106,12 @@ class EchoAllReduce:
         except Exception as e:  # whatever it is (a TypeError too), every rank must hear of it
             failure = e
         try:
-            self._agree(failure)
+            codes = None if failure else self._codes()
+            rows = self._verdicts(failure, codes, len(self._AGREED),
+                                  "EchoAllReduce: rank {r} failed to set up (its own error says why)")
         finally:
             failure = None  # its traceback holds this frame: a reference cycle otherwise
+        self._agree(rows, codes)
         if self.backend == "cuda":
             # boxed(): the group as the TorchScript object an op argument takes (as c10d's own ops).
             self._handle = torch.ops.echo.create(
@@ -154,19 +157,29 @@ class EchoAllReduce:
     _AGREED = ("backend", "quant", "bits", "group_size", "comp", "storage", "transport", "max_elements",
                "unquantized_below_bytes")
 
-    def _agree(self, failure: Optional[Exception]) -> None:
-        """Collective: every rank's failure bit and configuration. Raises on every rank when any
-        rank failed (that rank its own error) or when two ranks were built differently."""
-        def code(v) -> int:  # stable across processes (hash() of a str is not)
-            return zlib.crc32(v.encode()) if isinstance(v, str) else int(v)
-
-        def value(name: str):  # what the call ignores does not count: bits of quant 'none', ...
+    def _codes(self) -> list:
+        """This rank's configuration as ints, stable across processes (hash() of a str is not);
+        what the calls ignore does not count (bits of quant 'none', storage of comp 'none')."""
+        def value(name: str):
             if (name in ("bits", "group_size") and self.quant == "none") or (name == "storage" and self.comp == "none"):
                 return 0
             return getattr(self, name)
 
-        mine = [1] + [0] * len(self._AGREED) if failure else [0] + [code(value(f)) for f in self._AGREED]
-        rows = self._gather_ints(mine)
+        return [zlib.crc32(v.encode()) if isinstance(v, str) else int(v) for v in map(value, self._AGREED)]
+
+    def _agree(self, rows: list, codes: list) -> None:
+        """Raises ValueError on every rank when two ranks were built differently."""
+        for r, row in enumerate(rows):
+            for name, theirs, ours in zip(self._AGREED, row, codes):
+                if theirs != ours:
+                    raise ValueError(f"EchoAllReduce: rank {r} and rank {self.rank} were built with different {name} "
+                                     f"(the arguments, or {config.ENV})")
+
+    def _verdicts(self, failure: Optional[Exception], fields: Optional[list], width: int, refused: str) -> list:
+        """Collective: every rank's failure bit and its `width` ints. Raises on every rank when any
+        rank failed: that rank its own error, the others RuntimeError(refused with {r} the first
+        failing rank). Else every rank's ints, in rank order."""
+        rows = self._gather_ints([1] + [0] * width if failure is not None else [0] + list(fields))
         if failure is not None:
             try:
                 raise failure
@@ -174,12 +187,8 @@ class EchoAllReduce:
                 failure = None
         for r, row in enumerate(rows):
             if row[0]:
-                raise RuntimeError(f"EchoAllReduce: rank {r} failed to set up (its own error says why)")
-        for r, row in enumerate(rows):
-            for name, theirs, ours in zip(self._AGREED, row[1:], mine[1:]):
-                if theirs != ours:
-                    raise ValueError(f"EchoAllReduce: rank {r} and rank {self.rank} were built with different {name} "
-                                     f"(the arguments, or {config.ENV})")
+                raise RuntimeError(refused.format(r=r))
+        return [row[1:] for row in rows]
 
     def _gather_ints(self, mine: list) -> list:
         """Collective: every rank's list of ints (all of one length) over the group."""
@@ -294,9 +303,12 @@ class EchoAllReduce:
             except Exception as e:
                 failure = e
             try:
-                self._reference_call(x, target, prepared, failure)
+                head = None if failure else [x.numel(), list(_DTYPES).index(x.dtype)]
+                rows = self._verdicts(failure, head, 2,
+                                      "EchoAllReduce.all_reduce: rank {r}'s call was refused (its own error says why)")
             finally:
                 failure = None  # its traceback holds this frame: a cycle keeping x, out and self alive
+            self._reference_call(x, target, prepared, head, rows)
         else:
             self._judge_call(x, out, chain, mode, eager)
             if self.backend == "off":
@@ -415,25 +427,16 @@ class EchoAllReduce:
         flat = x.detach().reshape(-1).contiguous().view(torch.uint8)
         return flat, quant, comp, state
 
-    def _reference_call(self, x: torch.Tensor, target: torch.Tensor, prepared, failure: Optional[Exception]) -> None:
-        # Collective even for a refused call: the verdicts, n and the element type are exchanged
-        # before the data, so a call refused on one rank raises on every rank (its own error on the
-        # rank that made it), and ranks of different n never hand gloo buffers of different sizes.
-        head = [1, 0, 0] if failure else [0, x.numel(), list(_DTYPES).index(x.dtype)]
-        rows = self._gather_ints(head)
-        if failure is not None:
-            try:
-                raise failure
-            finally:
-                failure = None
+    def _reference_call(self, x: torch.Tensor, target: torch.Tensor, prepared: tuple, head: list, rows: list) -> None:
+        # Collective even for a refused call (all_reduce): the verdicts, n and the element type
+        # are exchanged before the data, so a call refused on one rank raises on every rank (its
+        # own error on the rank that made it), and ranks of different n never hand gloo buffers of
+        # different sizes.
         for r, row in enumerate(rows):
-            if row[0]:
-                raise RuntimeError(f"EchoAllReduce.all_reduce: rank {r}'s call was refused (its own error says why)")
-        for r, row in enumerate(rows):
-            if row[1:] != head[1:]:
+            if row != head:
                 types = list(_DTYPES)
                 raise RuntimeError(f"EchoAllReduce.all_reduce: ranks made different calls (n, element type): rank {r} "
-                                   f"{row[1]} {types[row[2]]}, rank {self.rank} {head[1]} {x.dtype}; nothing was "
+                                   f"{row[0]} {types[row[1]]}, rank {self.rank} {head[0]} {x.dtype}; nothing was "
                                    "summed and the chain is unchanged")
         flat, quant, comp, state = prepared
         parts = [torch.empty_like(flat) for _ in range(self.world_size)]
