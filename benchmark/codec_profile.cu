@@ -11,7 +11,7 @@
 //   ncu --clock-control none --kernel-name regex:'push_kernel|reduce_kernel|gather_kernel'
 //       --metrics smsp__thread_inst_executed.sum,launch__registers_per_thread,... echo-codec-profile
 //
-// prints per kernel and configuration instructions, registers and bytes; scripts/codec_profile.py
+// prints per kernel and configuration instructions, registers and bytes; tools/codec_profile.py
 // turns ncu's CSV into thread instructions a value. Without ncu it prints each kernel's time (CUDA
 // events, median of 20): a cross-check, not a benchmark; `echo-codec-profile N REPS policies` adds
 // the kernels under other pipeline policies (occupancy: threads x blocks a SM).

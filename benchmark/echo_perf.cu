@@ -23,7 +23,7 @@
 // cudaProfilerStop; `ncu --graph-profiling graph --profile-from-start off` then measures the graph
 // as one workload, its kernels running together. -S 1 lets -g ranks share GPUs (rank r on GPU
 // r % GPUs), so one GPU holds a P = 2 call: right for counting instructions and bytes, not for link
-// speed (its "peer" stores never leave the GPU). scripts/pipeline-profile.sh runs both.
+// speed (its "peer" stores never leave the GPU). tools/pipeline-profile.sh runs both.
 #include "harness/context.cuh"
 #include "harness/nccl_runner.cuh"
 #include "harness/sizes.hpp"

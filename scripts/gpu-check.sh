@@ -21,7 +21,7 @@
 #   socket    NCCL forced onto its socket transport over loopback (the stand-in for a link between
 #             nodes), transport::nccl variants against NCCL
 #   perf      echo_perf (nccl-tests' layout, with error columns), 4-bit with and without error feedback
-#   codec     scripts/codec-profile.sh: ncu over transport::nccl's staged kernels on one GPU
+#   codec     tools/codec-profile.sh: ncu over transport::nccl's staged kernels on one GPU
 #             (instructions a value, registers, HBM traffic; codec-table.md to $OUT)
 #   pybuild   pip install ./python --no-build-isolation (the numpy binding and the torch ops)
 #   pyprebuilt instead of pybuild: the host reference built here into $ECHO_PYSITE (default .pysite),
@@ -256,7 +256,7 @@ stage_perf() {
   done
 }
 stage_codec() {
-  timeout "$(left)" scripts/codec-profile.sh "$build" "$logs/codec" >"$logs/codec.log" 2>&1 || rc=1
+  timeout "$(left)" tools/codec-profile.sh "$build" "$logs/codec" >"$logs/codec.log" 2>&1 || rc=1
   cp "$logs/codec/codec-table.md" "$out/" 2>/dev/null
   tail -20 "$logs/codec.log" | tee -a "$summary"
 }

@@ -7,7 +7,7 @@ cd "$root"
 scripts/deps.sh
 export PATH=$PATH:/usr/local/cuda/bin
 gpus=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU' || true)
-build=${ECHO_BUILD_DIR:-build}
+build=${ECHO_BUILD_DIR:-build/run}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DECHO_BUILD_TESTS=OFF >/dev/null
 if [ "$gpus" -ge 2 ]; then
   cmake --build "$build" -j"$(nproc)" --target echo_bench

@@ -11,7 +11,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export PATH=$PATH:/usr/local/cuda/bin
-build=${ECHO_BUILD_DIR:-build}
+build=${ECHO_BUILD_DIR:-build/test}
 mkdir -p "$build"
 build=$(cd "$build" && pwd)
 venv=$build/python-venv

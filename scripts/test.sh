@@ -7,8 +7,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/deps.sh
 export PATH=$PATH:/usr/local/cuda/bin
-build=${ECHO_BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
+# Its own build folder, and every option that adds a test forced on: whatever configured a build
+# folder before (scripts/run.sh turns the tests off in its own), this builds and runs them all.
+build=${ECHO_BUILD_DIR:-build/test}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DECHO_BUILD_TESTS=ON -DECHO_BUILD_EXAMPLES=ON -DECHO_BUILD_BENCHMARKS=ON
 cmake --build "$build" -j"$(nproc)"
-ctest --test-dir "$build" --output-on-failure -j"$(nproc)"
-scripts/test-python.sh
+ctest --test-dir "$build" --output-on-failure --no-tests=error -j"$(nproc)"
+ECHO_BUILD_DIR=$build scripts/test-python.sh
