@@ -70,7 +70,7 @@ void profile(const char* label, size_t n, int reps) {
     state_bytes = Comp::state_bytes(n);
     ECHO_PROFILE_CHECK(cudaMalloc(&state, state_bytes));
     ECHO_PROFILE_CHECK(cudaMemset(state, 0, state_bytes));
-    const uint64_t tag = n;  // a continued chain: the kernels read and write the stored errors
+    const uint64_t tag = echo::comp::state_header::key(n, Cfg::domain);  // a continued chain: the kernels read and write the stored errors
     ECHO_PROFILE_CHECK(cudaMemcpy(state, &tag, sizeof(tag), cudaMemcpyHostToDevice));
   }
   fill<<<1024, 256>>>(in, n, 12345u);
@@ -78,6 +78,8 @@ void profile(const char* label, size_t n, int reps) {
 
   col::chunk_params c{};
   c.n = n;
+  c.chain_key = echo::comp::state_header::key(n, Cfg::domain);
+  c.element_type = static_cast<unsigned>(echo::element_traits<typename Cfg::element>::tag);
   c.granule = granule;
   c.rank = 0;
   c.ranks = P;
@@ -91,7 +93,7 @@ void profile(const char* label, size_t n, int reps) {
   c.reduced = ws + 2 * P * slot_bytes;
   c.gathered = ws + (2 * P + 1) * slot_bytes;
   c.state = state;
-  c.end_chain = 0;  // the tag stays n: every repetition continues the chain
+  c.end_chain = echo::collective::chain_end::none;  // the tag stays: every repetition continues the chain
   c.status = status;
 
   int sms = 0;

@@ -18,6 +18,7 @@
 #include "rank_pool.hpp"
 
 #include <echo/communicator.cuh>
+#include <echo/transport/cuda_ipc.cuh>
 #include <echo/dtype.cuh>
 
 #include <cmath>
@@ -27,7 +28,7 @@
 
 namespace echo_bench {
 
-constexpr int k_max_ranks = 8;  ///< Echo's communicators span one node
+constexpr int k_max_ranks = echo::transport::cuda_ipc::max_ranks;  ///< the benchmarks run the ranks of one node
 
 /// One rank's resources. `in` and `out` hold buffer_bytes each.
 struct rank_res {

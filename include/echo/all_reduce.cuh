@@ -33,6 +33,7 @@
 #include "dtype.cuh"
 #include "options.cuh"
 #include "quant/none.cuh"
+#include "quant/transform.cuh"
 #include "transport/cuda_ipc.cuh"
 
 #include <array>
@@ -95,7 +96,10 @@ class all_reduce {
       if (ch->update_pending()) return fail("chain: the last call on it was deferred and its update() has not run");
       if (ch->capacity() < n) return fail("chain: capacity below n");
       const status s = call<T>(in, out, n, stream, ch->view(), mode);
-      if (s == status::success) ch->set_update_pending(mode == state_update::deferred);
+      if (s == status::success) {
+        if (mode == state_update::deferred) ch->mark_pending(n, element_traits<storage_of_t<T>>::tag);
+        else ch->clear_pending();
+      }
       return s;
     } else {
       return call<T>(in, out, n, stream, view_type{}, mode);
@@ -139,8 +143,13 @@ class all_reduce {
       return status::success;
     } else {
       if (!ch.update_pending()) return fail("chain: no deferred call awaits an update()");
+      // Refused, not run: the update the chain awaits stays due (on the device, an update of
+      // another n or type would find nothing due and change nothing).
+      if (n != ch.pending_n()) return fail("n: not the n of the deferred call this update() completes");
+      if (element_traits<storage_of_t<T>>::tag != ch.pending_type())
+        return fail("in: not the element type of the deferred call this update() completes");
       const status s = update(in, n, stream, ch.view());
-      if (s == status::success) ch.set_update_pending(false);
+      if (s == status::success) ch.clear_pending();
       return s;
     }
   }
@@ -234,7 +243,7 @@ class all_reduce {
     }
     detail::device_guard g(comm_.device());
     if (comm_.size() == 1) {
-      if (in != out && cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream) != cudaSuccess)
+      if (in != out && cudaMemcpyAsync(out, in, bytes, cudaMemcpyDefault, stream) != cudaSuccess)
         return cuda_failed("cudaMemcpyAsync (P = 1: out = in)");
       return status::success;
     }
@@ -297,34 +306,43 @@ class all_reduce {
     return check_pointer(state.data(), chain_errors);
   }
 
-  /// What check_pointer says about one argument (static strings: last_error() returns them).
+  /// What check_pointer says about one argument (static strings: last_error() returns them), and
+  /// whether pinned host memory serves (in and out: the kernels read and write it over the bus;
+  /// a chain's state takes device atomics, which host memory does not promise).
   struct pointer_errors {
     const char* null;
     const char* misaligned;
     const char* foreign;
+    bool host_ok;
   };
-  static constexpr pointer_errors in_errors{"in: null", "in: not 16-byte aligned", "in: not device memory of this rank's GPU"};
+  static constexpr pointer_errors in_errors{"in: null", "in: not 16-byte aligned",
+                                            "in: neither device memory of this rank's GPU nor pinned host memory", true};
   static constexpr pointer_errors out_errors{"out: null", "out: not 16-byte aligned",
-                                             "out: not device memory of this rank's GPU"};
+                                             "out: neither device memory of this rank's GPU nor pinned host memory", true};
   static constexpr pointer_errors chain_errors{"chain: null", "chain: not 16-byte aligned",
-                                               "chain: not device memory of this rank's GPU"};
+                                               "chain: not device memory of this rank's GPU", false};
 
-  /// Null, misaligned, or not memory this rank's GPU owns (pageable host memory would read as an
-  /// illegal address inside the kernel and poison the context): refused. The last few pointers
-  /// that passed are remembered, so a loop over the same buffers asks the driver once.
+  /// Null, misaligned, or memory this rank's GPU cannot address as its own: refused (pageable
+  /// host memory would read as an illegal address inside the kernel and poison the context).
+  /// Accepted: device memory of this GPU, managed memory, and for in / out pinned host memory
+  /// that the device addresses at the same pointer (cudaMallocHost, cudaHostRegister: slow, over
+  /// the bus, but right). The last few pointers that passed are remembered, so a loop over the
+  /// same buffers asks the driver once.
   const char* check_pointer(const void* p, const pointer_errors& e) {
     if (!p) return e.null;
     if (reinterpret_cast<uintptr_t>(p) & 15u) return e.misaligned;
     if (!opt_.check_pointers) return nullptr;
-    for (const void* q : seen_)
-      if (q == p) return nullptr;
+    const bool host_ok = e.host_ok;
+    for (const seen_pointer& q : seen_)
+      if (q.p == p && (host_ok || !q.host)) return nullptr;
     cudaPointerAttributes attr{};
     const cudaError_t err = cudaPointerGetAttributes(&attr, p);
     (void)cudaGetLastError();
-    const bool ok = err == cudaSuccess && ((attr.type == cudaMemoryTypeDevice && attr.device == comm_.device()) ||
-                                           attr.type == cudaMemoryTypeManaged);
-    if (!ok) return e.foreign;
-    seen_[seen_next_++ % seen_count] = p;
+    if (err != cudaSuccess) return e.foreign;
+    const bool device = (attr.type == cudaMemoryTypeDevice && attr.device == comm_.device()) || attr.type == cudaMemoryTypeManaged;
+    const bool host = attr.type == cudaMemoryTypeHost && attr.devicePointer == p;
+    if (!(device || (host_ok && host))) return e.foreign;
+    seen_[seen_next_++ % seen_count] = {p, host};
     return nullptr;
   }
 
@@ -370,6 +388,7 @@ class all_reduce {
   /// What is wrong with the constructor's arguments (null: nothing).
   static const char* argument_error(size_t max_elements, const options& opt) {
     if (max_elements == 0) return "max_elements must be > 0";
+    if (max_elements > comp::state_header::max_n) return "max_elements must be below 2^56";
     if (!(std::isfinite(opt.spin_limit_seconds) && opt.spin_limit_seconds > 0 && opt.spin_limit_seconds <= 86400))
       return "options.spin_limit_seconds must be in (0, 86400]";
     if (opt.unquantized_below_bytes < -1) return "options.unquantized_below_bytes must be >= -1";
@@ -390,7 +409,9 @@ class all_reduce {
     };
     detail::signature s;
     s.add(Quant::name).add(static_cast<uint64_t>(Quant::bits)).add(static_cast<uint64_t>(Quant::group));
-    s.add(Comp::name).add(static_cast<uint64_t>(Comp::state_bytes(1000)));  // the storage, through its size
+    if constexpr (quant::transform_of_t<Quant>::active) s.add(quant::transform_of_t<Quant>::name);
+    s.add(Comp::name);
+    if constexpr (Comp::keeps_state) s.add(comp::state_storage<typename Comp::storage>::name);
     s.add(Transport::name);
     for (const auto& w : {policy_shape<Policy>(), policy_shape<collective::wide_policy_t<Policy, Quant, Comp>>(),
                           policy_shape<collective::wide_policy_t<Policy, quant::none, Comp>>(),
@@ -427,7 +448,11 @@ class all_reduce {
   cudaEvent_t done_ = nullptr;       // the last call's completion (orders calls made on other streams)
   cudaStream_t last_stream_ = nullptr;
   uint64_t calls_ = 0;
-  const void* seen_[seen_count] = {};
+  struct seen_pointer {
+    const void* p;
+    bool host;  ///< pinned host memory: fine for in and out, not for a chain
+  };
+  seen_pointer seen_[seen_count] = {};
   size_t seen_next_ = 0;
   const char* error_ = "";
 };

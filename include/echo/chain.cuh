@@ -14,10 +14,14 @@
 #include "comp/none.cuh"
 #include "detail/cuda_check.cuh"
 #include "detail/device_guard.cuh"
+#include "dtype.cuh"
 
 #include <utility>
 
 namespace echo {
+
+template <class Quant, class Transport, class Comp, class Policy>
+class all_reduce;
 
 /// A non-owning view of a chain's state in caller memory (e.g. a torch uint8 tensor of
 /// bytes_for(n) bytes on the rank's GPU, so the framework owns it and a graph captures it at a
@@ -96,23 +100,39 @@ class chain {
   chain_view<Comp> view() const { return {data_, data_ ? bytes_ : 0, device_}; }
   /// Whether a state_update::deferred call on this chain awaits its update().
   bool update_pending() const { return pending_; }
-  /// Used by echo::all_reduce to report misuse synchronously (the device guards it regardless).
-  void set_update_pending(bool p) { pending_ = p; }
 
  private:
+  // echo::all_reduce keeps the deferred call it awaits an update() for, so that it reports misuse
+  // (an update of another n or type, a call before the update) synchronously; the device guards
+  // the state regardless (comp::state_header).
+  template <class, class, class, class>
+  friend class all_reduce;
+  void mark_pending(size_t n, dtype t) {
+    pending_ = true;
+    pending_n_ = n;
+    pending_type_ = t;
+  }
+  void clear_pending() { pending_ = false; }
+  size_t pending_n() const { return pending_n_; }
+  dtype pending_type() const { return pending_type_; }
+
   void swap(chain& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(bytes_, o.bytes_);
     std::swap(capacity_, o.capacity_);
     std::swap(device_, o.device_);
     std::swap(pending_, o.pending_);
+    std::swap(pending_n_, o.pending_n_);
+    std::swap(pending_type_, o.pending_type_);
   }
 
   unsigned char* data_ = nullptr;
   size_t bytes_ = 0;
   size_t capacity_ = 0;
   int device_ = -1;
-  bool pending_ = false;
+  bool pending_ = false;  ///< a deferred call awaits update(): the call on pending_n_ elements of pending_type_
+  size_t pending_n_ = 0;
+  dtype pending_type_ = dtype::f32;
 };
 
 }  // namespace echo

@@ -11,7 +11,9 @@
 #include "quant/naive_zero_point.cuh"
 #include "quant/none.cuh"
 #include "quant/packet.cuh"
+#include "quant/rotated.cuh"
 #include "quant/symmetric.cuh"
+#include "quant/transform.cuh"
 #include "quant/zero_aware.cuh"
 
 #include "comp/compensator.cuh"

@@ -11,11 +11,12 @@ namespace echo {
 enum class state_update { fused, deferred };
 
 struct all_reduce_options {
-  /// cuda_ipc: bytes of the data rings a call streams through (a message larger than the rings
-  /// takes several rounds, or wraps around them under flow control with stage_lag >= 1). The fixed
-  /// parts (flags: 8 bytes per 2048 values of max_elements and peer, the one-shot region: 2 MiB
-  /// per rank) come on top. transport::nccl: cap on its chunk buffers.
-  /// 256 MiB: measured faster than 64 MiB from 256 MiB messages up (docs/benchmarks.md).
+  /// A cap on the data buffers. cuda_ipc: its rings take what a message of max_elements needs
+  /// (its segment's packets at fp32, for every peer, twice) up to this cap; a larger message
+  /// under a cap below that wraps around the rings under flow control (or takes several rounds).
+  /// The fixed parts (flags: 16 bytes per 2048 values of max_elements a peer, twice; the one-shot
+  /// halves: up to 2 MiB a peer) come on top. transport::nccl: the same for its chunk buffers.
+  /// 256 MiB: from 256 MiB messages up, rings of 256 MiB ran faster than of 64 MiB.
   size_t workspace_bytes = size_t(256) << 20;
   /// A peer missing longer than this makes the call fail with status::timeout. Must be > 0.
   double spin_limit_seconds = 10.0;

@@ -2,10 +2,13 @@
 // exception, or a defined result, and never a hang or wrong data reported as success.
 #include "support/gpu_harness.cuh"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 using namespace echo_test;
 using za4 = echo::quant::zero_aware<4, 128>;
@@ -161,16 +164,18 @@ TEST_CASE("bad buffers are refused before any launch, and the object and its cha
   // overlapping but not equal
   CHECK(ar(in, in + 8, 1000, s, rc.chain(0)) == st::invalid_argument);
   CHECK(contains(ar.last_error(), "overlap"));
-  // pageable host memory, pinned host memory
+  // pageable host memory; a chain in pinned host memory (in and out may be pinned: below)
   auto* host = static_cast<bf16*>(std::aligned_alloc(16, 10000 * sizeof(bf16)));
   CHECK(ar(host, rc.out(0).ptr, 1000, s, rc.chain(0)) == st::invalid_argument);
-  CHECK(contains(ar.last_error(), "in: not device memory"));
+  CHECK(contains(ar.last_error(), "in: neither device memory"));
   CHECK(ar(in, host, 1000, s, rc.chain(0)) == st::invalid_argument);
-  CHECK(contains(ar.last_error(), "out: not device memory"));
+  CHECK(contains(ar.last_error(), "out: neither device memory"));
   std::free(host);
-  bf16* pinned = nullptr;
-  ECHO_TEST_CUDA(cudaMallocHost(&pinned, 10000 * sizeof(bf16)));
-  CHECK(ar(pinned, rc.out(0).ptr, 1000, s, rc.chain(0)) == st::invalid_argument);
+  unsigned char* pinned = nullptr;
+  const size_t state_bytes = echo::chain_view<ef8>::bytes_for(1000);
+  ECHO_TEST_CUDA(cudaMallocHost(&pinned, state_bytes));
+  CHECK(ar(in, rc.out(0).ptr, 1000, s, echo::chain_view<ef8>(pinned, state_bytes, rc.in(0).device)) == st::invalid_argument);
+  CHECK(contains(ar.last_error(), "chain: not device memory"));
   cudaFreeHost(pinned);
   // another GPU's memory
   if (gpu_count() > 1 && rc.ranks() > 1 && rc.in(1).device != rc.in(0).device) {
@@ -421,4 +426,191 @@ TEST_CASE("ranks whose workspace allocation is refused: every rank throws, none 
   check_some_ranks_refused<echo::all_reduce<za4>>(comms, 1 << 20, opt);
   reference_check<za4, echo::comp::none, bf16> rc(5000);  // and the communicators still work
   rc.step(5000);
+}
+
+TEST_CASE("update() of another n or element type than its deferred call is refused, and the update stays due") {
+  const size_t n = 4099;  // a tail group
+  reference_check<za4, ef16, bf16> rc(n);
+  rc.step(n);
+  {
+    const auto x = rc.upload_random(n);
+    rc.pool().run([&](int r) {
+      REQUIRE(rc.ar(r)(rc.in(r).ptr, rc.out(r).ptr, n, rc.stream(r), rc.chain(r), echo::state_update::deferred) == st::success);
+    });
+    rc.pool().run([&](int r) {
+      auto& ar = rc.ar(r);
+      CHECK(ar.update(rc.in(r).ptr, n - 1, rc.stream(r), *rc.chain(r)) == st::invalid_argument);
+      CHECK(contains(ar.last_error(), "n: not the n"));
+      CHECK(ar.update(reinterpret_cast<const float*>(rc.in(r).ptr), n, rc.stream(r), *rc.chain(r)) == st::invalid_argument);
+      CHECK(contains(ar.last_error(), "element type"));
+      CHECK(rc.chain(r)->update_pending());
+      CHECK(ar.update(rc.in(r).ptr, n, rc.stream(r), *rc.chain(r)) == st::success);
+      CHECK(!rc.chain(r)->update_pending());
+    });
+    rc.finish(x, n);
+  }
+  for (int k = 0; k < 3; ++k) rc.step(n);  // the chain continues as the reference's
+
+  // chain_view: the device finds no update due for another n or type and changes nothing; the
+  // right one then completes the deferred call
+  const int P = rc.ranks();
+  std::vector<device_buffer<unsigned char>> mem;
+  std::vector<echo::chain_view<ef16>> views;
+  const size_t bytes = echo::chain_view<ef16>::bytes_for(n);
+  for (int r = 0; r < P; ++r) {
+    mem.emplace_back(rc.in(r).device, bytes);
+    ECHO_TEST_CUDA(cudaMemset(mem[r].ptr, 0, bytes));
+    views.emplace_back(mem[r].ptr, bytes, rc.in(r).device);
+  }
+  echo::reference::all_reduce<za4, ef16> ref(P);
+  echo::reference::chain_state<ef16> ref_chain(P, n);
+  for (int k = 0; k < 4; ++k) {
+    const auto x = rc.upload_random(n);
+    rc.pool().run([&](int r) {
+      REQUIRE(rc.ar(r)(rc.in(r).ptr, rc.out(r).ptr, n, rc.stream(r), views[r], echo::state_update::deferred) == st::success);
+    });
+    rc.pool().run([&](int r) {
+      auto& ar = rc.ar(r);
+      REQUIRE(ar.update(rc.in(r).ptr, n - 1, rc.stream(r), views[r]) == st::success);
+      REQUIRE(ar.update(reinterpret_cast<const float*>(rc.in(r).ptr), n / 2, rc.stream(r), views[r]) == st::success);
+      REQUIRE(ar.update(reinterpret_cast<const echo::half_t*>(rc.in(r).ptr), n, rc.stream(r), views[r]) == st::success);
+      REQUIRE(ar.update(rc.in(r).ptr, n, rc.stream(r), views[r]) == st::success);
+    });
+    for (st s : checks(rc)) REQUIRE(s == st::success);
+    std::vector<std::vector<bf16>> want(P, std::vector<bf16>(n));
+    std::vector<const bf16*> ri;
+    std::vector<bf16*> ro;
+    for (int r = 0; r < P; ++r) ri.push_back(x[r].data()), ro.push_back(want[r].data());
+    ref(ri, ro, n, &ref_chain);
+    for (int r = 0; r < P; ++r) CHECK(first_mismatch(rc.out(r).download(n), want[r]) == -1);
+  }
+}
+
+TEST_CASE("ranks built with error storages that differ only in their bits: the constructor throws on every rank") {
+  auto& comms = local_comms();
+  using int8s = echo::comp::error_feedback<echo::comp::int8_state>;
+  using step8s = echo::comp::error_feedback<echo::comp::step8_state>;  // the same bytes as int8
+  using bf16s = echo::comp::error_feedback<echo::bfloat16_t>;
+  using halfs = echo::comp::error_feedback<echo::half_t>;  // the same bytes as bf16
+  // the mismatches below are the ones that sizes cannot tell apart
+  REQUIRE(int8s::state_bytes(1000) == step8s::state_bytes(1000));
+  REQUIRE(bf16s::state_bytes(1000) == halfs::state_bytes(1000));
+  std::vector<std::string> what(comms.size());
+  auto mixed = [&](auto first, auto other) {
+    using A = echo::all_reduce<za4, echo::transport::cuda_ipc, decltype(first)>;
+    using B = echo::all_reduce<za4, echo::transport::cuda_ipc, decltype(other)>;
+    std::fill(what.begin(), what.end(), std::string());
+    echo::for_each_rank(comms, [&](const echo::communicator& c) {
+      try {
+        if (c.rank() == 0) A a(c, 1000);
+        else B b(c, 1000);
+      } catch (const echo::error& e) {
+        what[static_cast<size_t>(c.rank())] = e.what();
+      }
+    });
+    for (const std::string& w : what) {
+      INFO(w);
+      CHECK(w.find("different quantizer, compensator") != std::string::npos);
+    }
+  };
+  mixed(int8s{}, step8s{});
+  mixed(bf16s{}, halfs{});
+}
+
+TEST_CASE("cuda_ipc refuses more ranks than one node holds, on every rank and at once") {
+  const int P = echo::transport::cuda_ipc::max_ranks + 1;
+  auto comms = echo::communicator::local(std::vector<int>(static_cast<size_t>(P), rank_devices(1)[0]), false);
+  std::vector<std::string> what(comms.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  echo::for_each_rank(comms, [&](const echo::communicator& c) {
+    try {
+      echo::all_reduce<za4> a(c, 1000);
+    } catch (const echo::error& e) {
+      what[static_cast<size_t>(c.rank())] = e.what();
+    }
+  });
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 20.0);
+  for (const std::string& w : what) {
+    INFO(w);
+    CHECK(w.find("use transport::nccl") != std::string::npos);
+  }
+}
+
+TEST_CASE("the workspace follows max_elements: a small object takes little memory, and its largest calls still run") {
+  const int P = static_cast<int>(local_comms().size());
+  for (const size_t max_elements : {size_t(4096), size_t(1) << 20, size_t(3) << 20}) {
+    INFO("max_elements " << max_elements);
+    reference_check<za4, ef8, bf16> rc(max_elements);
+    // what a message of max_elements needs at most: both rings of every peer for a segment of fp32
+    // values through the 16-bit path, the one-shot halves, the flags (every rank alike)
+    const size_t seg = max_elements / static_cast<size_t>(P) + 4096;
+    const size_t need = 2 * static_cast<size_t>(P) * (seg * 4 + (size_t(1) << 20)) + 2 * static_cast<size_t>(P) * std::min<size_t>(max_elements * 4, size_t(1) << 20) + (size_t(1) << 20);
+    CHECK(rc.ar(0).workspace_bytes() <= need);
+    rc.step(max_elements);
+    rc.step(max_elements - 3);
+    rc.step(max_elements);
+  }
+  echo::all_reduce_options capped;  // the option still caps it
+  capped.workspace_bytes = size_t(256) << 10;
+  reference_check<za4, ef8, bf16> rc(size_t(3) << 20, capped);
+  CHECK(rc.ar(0).workspace_bytes() < (size_t(12) << 20));
+  rc.step(size_t(3) << 20);
+}
+
+TEST_CASE("pinned host memory serves as in and out") {
+  const size_t n = 100003;
+  reference_check<za4, echo::comp::none, bf16> rc(n);
+  const int P = rc.ranks();
+  std::vector<bf16*> pin_in(P), pin_out(P);
+  for (int r = 0; r < P; ++r) {
+    ECHO_TEST_CUDA(cudaMallocHost(&pin_in[r], n * sizeof(bf16)));
+    ECHO_TEST_CUDA(cudaMallocHost(&pin_out[r], n * sizeof(bf16)));
+  }
+  for (int k = 0; k < 2; ++k) {
+    const auto x = rc.upload_random(n);
+    for (int r = 0; r < P; ++r) std::memcpy(pin_in[r], x[r].data(), n * sizeof(bf16));
+    rc.pool().run([&](int r) {
+      // pinned in, device out; then device in, pinned out
+      REQUIRE(rc.ar(r)(k == 0 ? pin_in[r] : rc.in(r).ptr, k == 0 ? rc.out(r).ptr : pin_out[r], n, rc.stream(r)) == st::success);
+    });
+    for (int r = 0; r < P; ++r) {
+      ECHO_TEST_CUDA(cudaStreamSynchronize(rc.stream(r)));
+      if (k == 1) rc.out(r).upload(std::vector<bf16>(pin_out[r], pin_out[r] + n));
+    }
+    rc.finish(x, n);
+  }
+  for (int r = 0; r < P; ++r) cudaFreeHost(pin_in[r]), cudaFreeHost(pin_out[r]);
+}
+
+TEST_CASE("two co-located ranks' calls on one stream: refused at once, and every rank's call gives up at once") {
+  const auto devices = rank_devices(static_cast<int>(local_comms().size()));
+  if (devices.size() < 2 || devices[0] != devices[1]) {
+    MESSAGE("SKIPPED here: needs two ranks of this process on one GPU (ECHO_TEST_RANKS above the GPU count)");
+    return;
+  }
+  echo::all_reduce_options opt;
+  opt.spin_limit_seconds = 30;  // far above what the refusal may take
+  reference_check<za4, ef8, bf16> rc(50000, opt);
+  rc.step(50000);
+  (void)rc.upload_random(50000);
+  const int P = rc.ranks();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<st> got(P);
+  cudaSetDevice(devices[0]);
+  got[0] = rc.ar(0)(rc.in(0).ptr, rc.out(0).ptr, 50000, rc.stream(0), rc.chain(0));
+  got[1] = rc.ar(1)(rc.in(1).ptr, rc.out(1).ptr, 50000, rc.stream(0), rc.chain(1));  // rank 0's stream
+  for (int r = 2; r < P; ++r) {
+    cudaSetDevice(devices[r]);
+    got[r] = rc.ar(r)(rc.in(r).ptr, rc.out(r).ptr, 50000, rc.stream(r), rc.chain(r));
+  }
+  CHECK(got[0] == st::success);
+  CHECK(got[1] == st::invalid_argument);
+  CHECK(contains(rc.ar(1).last_error(), "stream"));
+  const std::vector<st> after = checks(rc);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 10.0);
+  for (int r = 0; r < P; ++r) {
+    INFO("rank " << r);
+    CHECK(after[r] != st::success);  // every object is poisoned: rebuild them
+  }
+  CHECK(rc.ar(0)(rc.in(0).ptr, rc.out(0).ptr, 50000, rc.stream(0), rc.chain(0)) == st::poisoned);
 }

@@ -8,7 +8,9 @@
 // The all-reduce tests check outputs against the reference.
 #include "support/gpu_harness.cuh"
 
+#include <echo/collective/group_transform.cuh>
 #include <echo/collective/tile_codec.cuh>
+#include <echo/quant/rotated.cuh>
 
 #include <cstring>
 
@@ -233,6 +235,62 @@ void check_load(const char* name) {
   CHECK(wrong == 0);
 }
 
+/// Warp w transforms groups w * (32 / LANES) .. of x in place: forward, or inverse of x / G.
+template <class Q, int V>
+__global__ void transform_groups(float* x, size_t groups, bool inverse) {
+  using tr = echo::collective::group_transform<echo::quant::rotated<Q>, V>;
+  constexpr int LANES = Q::group / V;
+  const int lane = threadIdx.x & 31;
+  const size_t warp = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const size_t g = warp * (32 / LANES) + lane / LANES;
+  float v[V];
+  float* at = x + g * Q::group + (lane % LANES) * V;
+  for (int i = 0; i < V; ++i) v[i] = g < groups ? at[i] : 0.0f;
+  if (inverse) {
+    for (int i = 0; i < V; ++i) v[i] = echo::detail::mul_rn(v[i], tr::H::inv_size);
+    tr::inverse_scaled(v, lane);
+  } else {
+    tr::forward(v, lane);
+  }
+  if (g < groups)
+    for (int i = 0; i < V; ++i) at[i] = v[i];
+}
+
+/// The device's group transform, spread over lanes of V values, equals quant::hadamard on the host
+/// bit for bit, forward and inverse, on random groups (with zeros, signed zeros, a huge outlier).
+template <class Q, int V>
+void check_transform(const char* name) {
+  INFO(name);
+  using H = typename echo::quant::rotated<Q>::transform;
+  const size_t groups = 4096, n = groups * Q::group;
+  echo_test::rng r(echo_test::seed());
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = r.normal() * std::ldexp(1.0f, r.uniform_int<int>(-20, 20));
+    if (i % 97 == 0) x[i] = r.coin() ? 0.0f : -0.0f;
+    if (i % 1031 == 0) x[i] *= 1e6f;
+  }
+  for (const bool inverse : {false, true}) {
+    std::vector<float> want = x;
+    for (size_t g = 0; g < groups; ++g) {
+      float* at = want.data() + g * Q::group;
+      if (inverse) {
+        for (int i = 0; i < Q::group; ++i) at[i] = echo::detail::mul_rn(at[i], H::inv_size);
+        H::inverse_scaled(at);
+      } else {
+        H::forward(at);
+      }
+    }
+    echo_test::device_buffer<float> d(0, n);
+    d.upload(x);
+    const size_t warps = echo::detail::ceil_div(groups, static_cast<size_t>(32 / (Q::group / V)));
+    transform_groups<Q, V><<<static_cast<unsigned>((warps + 3) / 4), 128>>>(d.ptr, groups, inverse);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    const std::vector<float> got = d.download(n);
+    CHECK(std::memcmp(got.data(), want.data(), n * sizeof(float)) == 0);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("tile_codec::load equals the policy's decode (the 4-bit affine path and the others)") {
@@ -266,4 +324,14 @@ TEST_CASE("tile_codec::range from the loaded run equals range of the widened val
   check_lane_ranges<collective::tile_codec<quant::zero_aware<4, 128>, half_t, 32>, half_t>("fp16, 32 values a lane");
   check_lane_ranges<collective::tile_codec<quant::zero_aware<8, 128>, bfloat16_t, 16>, bfloat16_t>("bf16, 16 values a lane");
   check_lane_ranges<collective::tile_codec<quant::symmetric<4, 64>, half_t, 16>, half_t>("fp16, 16 values a lane");
+}
+
+TEST_CASE("group_transform over lanes equals quant::hadamard on the host, forward and inverse") {
+  using namespace echo::quant;
+  check_transform<zero_aware<4, 128>, 16>("128 values, 16 a lane");
+  check_transform<zero_aware<4, 128>, 32>("128 values, 32 a lane");
+  check_transform<zero_aware<4, 32>, 16>("32 values, 16 a lane");
+  check_transform<zero_aware<8, 64>, 16>("64 values, 16 a lane");
+  check_transform<zero_aware<4, 256>, 32>("256 values, 32 a lane");
+  check_transform<zero_aware<4, 256>, 16>("256 values, 16 a lane");
 }

@@ -44,9 +44,9 @@ inline int gpu_count() {
 /// Ranks of the tests: ECHO_TEST_RANKS if set (1..8; rank r on GPU r % gpus), else one a GPU.
 inline int test_ranks() {
   const int gpus = gpu_count();
-  int P = gpus < echo::communicator::max_ranks ? gpus : echo::communicator::max_ranks;
+  int P = gpus < echo::transport::cuda_ipc::max_ranks ? gpus : echo::transport::cuda_ipc::max_ranks;
   if (const char* e = std::getenv("ECHO_TEST_RANKS")) P = std::atoi(e);
-  const bool in_range = P >= 1 && P <= echo::communicator::max_ranks;
+  const bool in_range = P >= 1 && P <= echo::transport::cuda_ipc::max_ranks;
   REQUIRE_MESSAGE(in_range, "ECHO_TEST_RANKS out of range");
   return P;
 }

@@ -46,6 +46,8 @@ struct pipeline_params {
   unsigned char* state;      ///< the chain's state memory (header first), or null
   bool store_send_errors;    ///< false (deferred): the send errors are left to update_kernel
   size_t n;
+  uint64_t chain_key;        ///< comp::state_header::key of the call (n and the domain of its errors)
+  unsigned element_type;     ///< echo::dtype of the call
   size_t granule;            ///< partition granule (quantization group; 256 for quant::none)
   int rank;
   int ranks;
@@ -108,7 +110,7 @@ struct launch_frame {
 
 /// A launch on a rank that an earlier launch (or a peer) aborted does nothing but report why
 /// (and leave its chain fresh).
-inline __device__ launch_frame begin_launch(uint32_t* sync, unsigned char* state, size_t n, int* host_status) {
+inline __device__ launch_frame begin_launch(uint32_t* sync, unsigned char* state, uint64_t chain_key, int* host_status) {
   __shared__ launch_frame f;
   if (threadIdx.x == 0) {
     f.epoch = *reinterpret_cast<volatile uint64_t*>(sync + echo::detail::sync_words::epoch) + 1;
@@ -123,7 +125,7 @@ inline __device__ launch_frame begin_launch(uint32_t* sync, unsigned char* state
     // the chain restarts fresh rather than continue half-written (a rebuilt object may reuse it).
     if (f.poisoned && state) reinterpret_cast<volatile comp::state_header*>(state)->tag = 0;
     f.active = state && comp::state_header::continues(
-                            reinterpret_cast<const volatile comp::state_header*>(state)->tag, n);
+                            reinterpret_cast<const volatile comp::state_header*>(state)->tag, chain_key);
   }
   __syncthreads();
   return f;
@@ -169,7 +171,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   echo::detail::wait_prior_grid();  // launched by detail::launch_dependent
   uint32_t* const sync = reinterpret_cast<uint32_t*>(p.local);
   const uint32_t* const abort = sync + echo::detail::sync_words::abort;
-  const auto frame = detail::begin_launch(sync, p.state, p.n, p.status);
+  const auto frame = detail::begin_launch(sync, p.state, p.chain_key, p.status);
   if (frame.poisoned) return;
   const uint64_t epoch = frame.epoch;
   const uint64_t mine = echo::detail::flag_stamp(epoch, p.sig);
@@ -268,7 +270,8 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
 
   // The chain's tag changes with the call's last launch only (every launch of a call reads it).
   detail::end_launch(sync, epoch, p.last ? p.state : nullptr,
-                     p.store_send_errors ? p.n : comp::state_header::after_deferred(p.n, frame.active));
+                     p.store_send_errors ? p.chain_key
+                                         : comp::state_header::after_deferred(p.chain_key, p.element_type, frame.active));
 }
 
 #endif

@@ -28,8 +28,13 @@ struct slot_header {
 /// Where one chunk lives: [chunk_offset, chunk_offset + chunk_len) inside every segment, and the
 /// buffers that hold its packets: slot(base, r) = base + r * slot_bytes; in a slot, the header,
 /// then sub-tile s at header + s * sub_bytes.
+/// What the call's last launch writes into the chain's tag (the launches before it write none).
+enum class chain_end : int { none, fused, deferred };
+
 struct chunk_params {
   size_t n;
+  uint64_t chain_key;       ///< comp::state_header::key of the call (n and the domain of its errors)
+  unsigned element_type;    ///< echo::dtype of the call
   size_t granule;
   int rank;
   int ranks;
@@ -43,7 +48,7 @@ struct chunk_params {
   unsigned char* reduced;   ///< 1 slot: the packet of this rank's sum
   unsigned char* gathered;  ///< P slots: owner j's reduced packet
   unsigned char* state;     ///< the chain's state memory (header first), or null
-  int end_chain;            ///< the call's last gather: 0 no, 1 a fused call, 2 a deferred one (it writes the tag)
+  chain_end end_chain;      ///< what the call's last gather writes into the tag
   int* status;              ///< host-mapped: status::mismatch when a header disagrees
 };
 
@@ -71,7 +76,7 @@ __device__ __forceinline__ void chunk_subtiles(const chunk_params& c, int j, F&&
 inline __device__ state_ref chunk_state(const chunk_params& c) {
   if (!c.state) return {};
   return {c.state + comp::state_header::bytes, c.n,
-          comp::state_header::continues(reinterpret_cast<const volatile comp::state_header*>(c.state)->tag, c.n)};
+          comp::state_header::continues(reinterpret_cast<const volatile comp::state_header*>(c.state)->tag, c.chain_key)};
 }
 
 /// The call's last launch: the chain's tag after it (fused: n; deferred: pending; fresh (0) when a
@@ -79,11 +84,12 @@ inline __device__ state_ref chunk_state(const chunk_params& c) {
 /// for its chunk, so the state is partial). Every launch that reads the old tag precedes it on the
 /// stream, and the next call's follow it.
 inline __device__ void end_chain(const chunk_params& c, bool agree) {
-  if (!c.state || !c.end_chain || blockIdx.x != 0 || threadIdx.x != 0) return;
+  if (!c.state || c.end_chain == chain_end::none || blockIdx.x != 0 || threadIdx.x != 0) return;
   auto* h = reinterpret_cast<volatile comp::state_header*>(c.state);
   const uint64_t tag = h->tag;
   if (!agree || *reinterpret_cast<volatile int*>(c.status) != 0) h->tag = 0;
-  else h->tag = c.end_chain == 1 ? c.n : comp::state_header::after_deferred(c.n, comp::state_header::continues(tag, c.n));
+  else if (c.end_chain == chain_end::fused) h->tag = c.chain_key;
+  else h->tag = comp::state_header::after_deferred(c.chain_key, c.element_type, comp::state_header::continues(tag, c.chain_key));
 }
 
 /// Whether segment j has a share in this chunk (only then do its packets travel).

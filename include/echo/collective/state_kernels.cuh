@@ -24,7 +24,8 @@ __global__ void __launch_bounds__(Cfg::threads) update_kernel(const typename Cfg
   auto* header = reinterpret_cast<volatile comp::state_header*>(state);
   if (threadIdx.x == 0) {
     const uint64_t tag = header->tag;
-    s_due = comp::state_header::update_due(tag, n);
+    s_due = comp::state_header::update_due(tag, comp::state_header::key(n, Cfg::domain),
+                                           static_cast<unsigned>(element_traits<typename Cfg::element>::tag));
     s_continues = comp::state_header::update_continues(tag);
   }
   __syncthreads();
@@ -49,7 +50,7 @@ __global__ void __launch_bounds__(Cfg::threads) update_kernel(const typename Cfg
     __threadfence();
     if (atomicAdd(const_cast<uint32_t*>(&header->done), 1u) == gridDim.x - 1) {
       header->done = 0;
-      if (s_due) header->tag = n;
+      if (s_due) header->tag = comp::state_header::key(n, Cfg::domain);
     }
   }
 }

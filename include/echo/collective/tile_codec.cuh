@@ -221,8 +221,9 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
     if (lane == 0) *reinterpret_cast<quant::wire_params*>(packet + pk::param_offset(32 / LANES, g)) = r.w;
   }
 
-  /// Dequantize lane `t`'s share of a packet a peer wrote.
-  __device__ __forceinline__ static void load(const unsigned char* packet, int t, float (&v)[V]) {
+  /// Dequantize lane `t`'s share of a packet a peer wrote, times `scale` (a power of two, so the
+  /// product is exact: a group transform's 1 / G, folded into the step where the decode is affine).
+  __device__ __forceinline__ static void load(const unsigned char* packet, int t, float (&v)[V], float scale = 1.0f) {
     const int g = t / LANES, lane = t % LANES;
     uint32_t words[WORDS];
     echo::detail::load_words<WORDS, cub::LOAD_CG>(packet + pk::code_offset(g) + lane * WORDS * 4, words);
@@ -237,8 +238,9 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
       // +0 either way; only a scale of 0 with q != z, which no encode makes, would differ.)
       float f[V];
       pk::get_codes_unit(words, f);
-      const float s256 = echo::detail::mul_rn(p.scale, 256.0f);
-      const float c = echo::detail::mul_rn(echo::detail::add_rn(echo::detail::sub_rn(p.bias, echo::detail::code_magic), 128.0f), p.scale);
+      const float step = echo::detail::mul_rn(p.scale, scale);
+      const float s256 = echo::detail::mul_rn(step, 256.0f);
+      const float c = echo::detail::mul_rn(echo::detail::add_rn(echo::detail::sub_rn(p.bias, echo::detail::code_magic), 128.0f), step);
 #pragma unroll
       for (int i = 0; i < V; ++i) v[i] = echo::detail::fma_rn(f[i], s256, -c);
     } else {
@@ -246,6 +248,10 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
       pk::get_codes(words, c);
 #pragma unroll
       for (int i = 0; i < V; ++i) v[i] = Q::decode(c[i], p);
+      if (scale != 1.0f) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) v[i] = echo::detail::mul_rn(v[i], scale);
+      }
     }
   }
 };

@@ -2,6 +2,7 @@
 // templated on: quantizer, element type, compensator and tuning policy, and what follows from them.
 #pragma once
 
+#include "../quant/transform.cuh"
 #include "tile_codec.cuh"
 
 namespace echo::collective {
@@ -20,6 +21,8 @@ struct tile_config {
   static constexpr size_t sub_bytes = codec::sub_tile_bytes();  ///< bytes of a sub-tile's packet
   static constexpr int threads = Policy::threads;
   static constexpr int warps = Policy::threads / 32;            ///< warps a block
+  /// Where the chain's errors of a call through Q are kept (comp::state_header's domain).
+  static constexpr unsigned domain = echo::quant::transform_domain<Q>();
 };
 
 #endif

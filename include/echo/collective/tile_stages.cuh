@@ -10,6 +10,7 @@
 #include "../comp/compensator.cuh"
 #include "../comp/state_storage.cuh"
 #include "../detail/fp_ops.cuh"
+#include "group_transform.cuh"
 #include "tile_config.cuh"
 
 #include <type_traits>
@@ -53,6 +54,10 @@ struct tile_stages {
   using packed = typename codec::packed;
   static constexpr int V = Cfg::V;
   static constexpr bool keeps = Comp::keeps_state;
+  /// The quantizer's group transform (quant::rotated): the codes, the owner's sum and the chain's
+  /// errors live in its domain; only the output goes back.
+  using transform = group_transform<typename Cfg::quant, V>;
+  static constexpr bool rotates = transform::active;
 
   using storage = typename detail::storage_of<Comp>::type;
   /// The storage takes the data group's step (comp::step_state) where the call quantizes on a grid
@@ -91,12 +96,15 @@ struct tile_stages {
   static constexpr bool widen_words =
       Cfg::quant::quantizes && Cfg::policy::threads * Cfg::policy::blocks_per_sm <= 512;
 
-  /// x' = x + c (c = 0 in a fresh chain).
-  __device__ __forceinline__ static void entry(const operands& o, const state_ref& st, float (&x)[V]) {
+  /// x' = x + c (c = 0 in a fresh chain); with a transform, x' = T(x) + c for a whole group.
+  __device__ __forceinline__ static void entry(const operands& o, const state_ref& st, float (&x)[V], bool whole, int lane) {
     if constexpr (widen_words)
       echo::detail::widen_pairs(o.x, x);
     else
       echo::detail::widen(o.x, x);
+    if constexpr (rotates) {
+      if (whole) transform::forward(x, lane);
+    }
     if constexpr (keeps) {
       if (st.active) storage::template add<V>(o.c, x);
     }
@@ -111,11 +119,12 @@ struct tile_stages {
   /// within 0.75 of its step, so a storage in units of the data step codes them without its clamp
   /// (push's errors, x' - D(Q(x')), are at most half a step for any grid). T's rounding adds at
   /// most |D| * 2^-8 for bf16 (none for float), and |D| <= max_code steps on a grid that holds
-  /// zero: at most 63 / 256 = 0.25 steps up to 6 bits. half is left out: T(D) may overflow.
+  /// zero: at most 63 / 256 = 0.25 steps up to 6 bits. half is left out: T(D) may overflow. With
+  /// a transform the own error is S - D(Q(S)) itself (T's rounding is not kept), half a step.
   /// (by_data_step first: only a data-step storage takes the hint, and only quantizers have bits
   /// of a grid.)
   static constexpr bool reduce_errors_in_range =
-      by_data_step && (std::is_same<T, float>::value || (std::is_same<T, bfloat16_t>::value && Cfg::quant::bits <= 6));
+      by_data_step && (rotates || std::is_same<T, float>::value || (std::is_same<T, bfloat16_t>::value && Cfg::quant::bits <= 6));
   /// Push takes the same hint, but not for half inputs, where it made ptxas spill the mid 4-bit
   /// kernel (0 -> 32 / 36 B) and the reduce takes none.
   static constexpr bool push_errors_in_range = by_data_step && !std::is_same<T, half_t>::value;
@@ -145,11 +154,13 @@ struct tile_stages {
   __device__ __forceinline__ static packed push(const operands& o, const state_ref& st, bool store_error, size_t first,
                                                 int valid) {
     float x[V], dq[V];
-    entry(o, st, x);
+    const int lane = threadIdx.x & 31;
+    const bool whole = transform::whole(valid, lane);
+    entry(o, st, x, whole, lane);
     quant::group_params p{};
     bool fits = false;
     packed r;
-    if constexpr (!keeps && Cfg::quant::quantizes) {
+    if constexpr (!keeps && Cfg::quant::quantizes && !rotates) {
       r = codec::quantize(codec::range(o.x, x, valid), x, valid, dq, &p);  // x' = x: statistics as loaded
     } else {
       r = codec::quantize(x, valid, dq, &p, push_errors_in_range ? &fits : nullptr);
@@ -172,15 +183,16 @@ struct tile_stages {
   template <class Recv>
   __device__ __forceinline__ static packed reduce(const operands& own, const state_ref& st, T* out, size_t first,
                                                   int valid, int me, int P, int lane, Recv&& recv) {
+    const bool whole = transform::whole(valid, lane);
     float acc[V];
     if (me == 0) {
-      entry(own, st, acc);
+      entry(own, st, acc, whole, lane);
     } else {
       codec::load(recv(0), lane, acc);
     }
     for (int i = 1; i < P; ++i) {
       float term[V];
-      if (i == me) entry(own, st, term);
+      if (i == me) entry(own, st, term, whole, lane);
       else codec::load(recv(i), lane, term);
 #pragma unroll
       for (int v = 0; v < V; ++v) acc[v] = echo::detail::add_rn(acc[v], term[v]);
@@ -189,20 +201,43 @@ struct tile_stages {
     quant::group_params p{};
     bool fits = false;
     const packed r = codec::quantize(acc, valid, dq, &p, keeps && reduce_errors_in_range ? &fits : nullptr);
-    echo::detail::store_floats<T, V>(out + first, valid, dq);
-    if constexpr (keeps) {
+    if constexpr (rotates) {
+      float y[V];
 #pragma unroll
-      for (int v = 0; v < V; ++v)
-        dq[v] = echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v])));
-      keep_errors(st, first, valid, dq, r, p, rounds_finite && p.finite, reduce_errors_in_range && fits);
+      for (int v = 0; v < V; ++v) y[v] = dq[v];
+      if (whole) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) y[v] = echo::detail::mul_rn(y[v], transform::H::inv_size);
+        transform::inverse_scaled(y, lane);
+      }
+      echo::detail::store_floats<T, V>(out + first, valid, y);
+      if constexpr (keeps) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) dq[v] = echo::detail::sub_rn(acc[v], dq[v]);
+        keep_errors(st, first, valid, dq, r, p, p.finite, reduce_errors_in_range && fits);
+      }
+    } else {
+      echo::detail::store_floats<T, V>(out + first, valid, dq);
+      if constexpr (keeps) {
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+          dq[v] = echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v])));
+        keep_errors(st, first, valid, dq, r, p, rounds_finite && p.finite, reduce_errors_in_range && fits);
+      }
     }
     return r;
   }
 
-  /// C (gather): dequantize an owner's packet into the output.
+  /// C (gather): dequantize an owner's packet into the output (transformed back, for a whole group).
   __device__ __forceinline__ static void gather(const unsigned char* packet, T* out, size_t first, int valid, int lane) {
     float v[V];
-    codec::load(packet, lane, v);
+    if constexpr (rotates) {
+      const bool whole = transform::whole(valid, lane);
+      codec::load(packet, lane, v, whole ? transform::H::inv_size : 1.0f);
+      if (whole) transform::inverse_scaled(v, lane);
+    } else {
+      codec::load(packet, lane, v);
+    }
     if (valid > 0) echo::detail::store_floats<T, V>(out + first, valid, v);
   }
 };

@@ -62,6 +62,11 @@ struct state_storage;
 /// Element storage: the error rounded to S (nearest even).
 template <class S>
 struct state_storage<S, std::enable_if_t<is_element<S>::value>> {
+  /// Names the storage in the construction check: ranks built with storages whose state differs
+  /// in bits must not pass it (bf16 and half take the same bytes).
+  static constexpr const char* name = element_traits<S>::tag == dtype::f32   ? "f32"
+                                      : element_traits<S>::tag == dtype::f16 ? "f16"
+                                                                             : "bf16";
   static constexpr bool data_step = false;
   static size_t bytes(size_t n) { return detail::align16(n * sizeof(S)); }
 
@@ -202,6 +207,7 @@ struct coded_layout {
 /// the errors' own group.
 template <int Bits>
 struct state_storage<int_state<Bits>> : detail::coded_layout<Bits> {
+  static constexpr const char* name = Bits == 8 ? "int8" : "int4";
   using layout = detail::coded_layout<Bits>;
   using grid = typename layout::grid;
   static constexpr int group = layout::group;
@@ -241,6 +247,7 @@ struct state_storage<int_state<Bits>> : detail::coded_layout<Bits> {
 /// step_state: the codes on a grid of step / 2^(Bits-1), the step being the data group's.
 template <int Bits>
 struct state_storage<step_state<Bits>> : detail::coded_layout<Bits> {
+  static constexpr const char* name = Bits == 8 ? "step8" : "step4";
   using layout = detail::coded_layout<Bits>;
   using grid = typename layout::grid;
   static constexpr int group = layout::group;

@@ -6,7 +6,10 @@
 //   2. owner j sums, in fp32 and in rank order 0..P-1, its own x'[j] (never quantized) and the
 //      P-1 dequantized receipts, giving S;
 //   3. owner j quantizes S once, and every rank outputs the same dequantized code, rounded to T.
-// So each output value went through at most two quantizations, for any P.
+// So each output value went through at most two quantizations, for any P. A quantizer with a group
+// transform (quant::rotated) transforms every whole group of x (before the stored error, which is
+// kept in the transformed domain, is added), sums and quantizes there, and transforms the sum's
+// decoded values back; the error it keeps for its own segment is S - D(Q(S)), in that domain.
 #pragma once
 
 #include "../comp/none.cuh"
@@ -15,6 +18,7 @@
 #include "../dtype.cuh"
 #include "../error.cuh"
 #include "../quant/packet.cuh"
+#include "../quant/transform.cuh"
 #include "chain_state.cuh"
 
 #include <algorithm>
@@ -77,7 +81,7 @@ class all_reduce {
     if (Comp::keeps_state) {
       ECHO_REQUIRE(ch != nullptr, call, std::string("compensator ") + Comp::name + " needs a chain_state");
       ECHO_REQUIRE(ch->ranks() == P, call, "chain_state has " + std::to_string(ch->ranks()) + " ranks, expected " + std::to_string(P));
-      ch->begin_call(n);  // last: a rejected call leaves the chain untouched
+      ch->begin_call(n, quant::transform_domain<Quant>());  // last: a rejected call leaves the chain untouched
     }
     if (quantizations) quantizations->assign(n, 0);
 
@@ -86,15 +90,18 @@ class all_reduce {
       return;
     }
 
-    // Entry: x' = x + stored error.
+    // Entry: x' = (the transform of) x + stored error.
+    using transform = quant::transform_of_t<Quant>;
+    constexpr size_t G = transform::active ? static_cast<size_t>(Quant::group) : 1;
     std::vector<std::vector<float>> xp(P, std::vector<float>(n));
-    for (int r = 0; r < P; ++r)
-      for (size_t k = 0; k < n; ++k) {
-        float v = element_traits<T>::to_float(in[r][k]);
-        if constexpr (Comp::keeps_state)
-          if (ch->continues()) v = detail::add_rn(v, ch->error(r, k));
-        xp[r][k] = v;
-      }
+    for (int r = 0; r < P; ++r) {
+      for (size_t k = 0; k < n; ++k) xp[r][k] = element_traits<T>::to_float(in[r][k]);
+      if constexpr (transform::active)
+        for (size_t g = 0; g + G <= n; g += G) transform::forward(&xp[r][g]);
+      if constexpr (Comp::keeps_state)
+        if (ch->continues())
+          for (size_t k = 0; k < n; ++k) xp[r][k] = detail::add_rn(xp[r][k], ch->error(r, k));
+    }
 
     std::vector<std::vector<float>> err(Comp::keeps_state ? P : 0, std::vector<float>(n));
     // Per rank, the parameters of the data group of every 32 errors (comp::step_state's step).
@@ -122,11 +129,18 @@ class all_reduce {
       }
       // 3. one quantization of the sum, the same code for every rank
       const std::vector<float> g = round_trip<Quant, T>(S.data(), len, by_step ? &steps[j][b / 32] : nullptr);
+      std::vector<float> y = g;  // the decoded sum in the input's domain
+      if constexpr (transform::active)
+        for (size_t k = 0; b + k + G <= n && k < len; k += G) {
+          for (size_t i = 0; i < G; ++i) y[k + i] = detail::mul_rn(y[k + i], transform::inv_size);
+          transform::inverse_scaled(&y[k]);
+        }
       const int depth = !Quant::quantizes ? 0 : 2;  // a receipt (1) summed, then the sum (2)
       for (size_t k = 0; k < len; ++k) {
-        const T o = element_traits<T>::from_float(g[k]);
+        const T o = element_traits<T>::from_float(y[k]);
         for (int r = 0; r < P; ++r) out[r][b + k] = o;
-        if (Comp::keeps_state) err[j][b + k] = detail::sub_rn(S[k], element_traits<T>::to_float(o));
+        if (Comp::keeps_state)
+          err[j][b + k] = transform::active ? detail::sub_rn(S[k], g[k]) : detail::sub_rn(S[k], element_traits<T>::to_float(o));
         if (quantizations) (*quantizations)[b + k] = static_cast<uint8_t>(depth);
       }
     }

@@ -46,12 +46,15 @@ class chain_state {
 
   // --- used by reference::all_reduce ---------------------------------------------------------
   /// Start a call on n elements: checks the capacity, and resets on a shape change.
-  void begin_call(size_t n) {
+  /// Start a call on n elements whose errors are kept in `domain` (comp::state_header's: 0, or
+  /// a quantizer's transformed domain): checks the capacity, and resets on a change of either.
+  void begin_call(size_t n, unsigned domain = 0) {
     ECHO_REQUIRE(n <= capacity_, "echo::reference::all_reduce",
                  "n = " + std::to_string(n) + " exceeds the chain state capacity " + std::to_string(capacity_));
-    if (n != n_) {
+    if (n != n_ || domain != domain_) {
       reset();
       n_ = n;
+      domain_ = domain;
     }
   }
   /// Whether the storage can keep errors in units of their data group's step (comp::step_state);
@@ -79,6 +82,7 @@ class chain_state {
   int ranks_;
   size_t capacity_;
   size_t n_ = 0;
+  unsigned domain_ = 0;
   bool continues_ = false;
   std::vector<std::vector<float>> errors_;
 };

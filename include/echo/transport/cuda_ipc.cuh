@@ -23,8 +23,12 @@
 #include "../detail/preload.cuh"
 #include "../detail/signature.cuh"
 #include "../dispatch_table.cuh"
+#include "colocated_streams.cuh"
 
 #include <unistd.h>
+
+#include <chrono>
+#include <random>
 
 #include <algorithm>
 #include <cstring>
@@ -69,6 +73,9 @@ inline void enable_peer_access(int device, int peer) {
 
 struct cuda_ipc {
   static constexpr const char* name = "cuda_ipc";
+  /// The most ranks of one object: the GPUs of one node (eight on the machines it is built and
+  /// tested on; several ranks may share a GPU within that count). More ranks: transport::nccl.
+  static constexpr int max_ranks = 8;
 
   /// A device buffer of the same size on every rank, mapped into every peer. Collective to build.
   /// The first probe_bytes hold the peer probe; usable memory starts at data().
@@ -258,6 +265,7 @@ struct cuda_ipc {
     engine& operator=(const engine&) = delete;
     ~engine() {
       echo::detail::device_guard guard(comm_.device());
+      if (colocated_) detail::colocated_streams::leave(group_, comm_.rank());
       buffer_.reset();
       if (d_peers_) (void)cudaFree(d_peers_);
       (void)cudaGetLastError();
@@ -321,6 +329,27 @@ struct cuda_ipc {
     /// policy from mid_from_bytes() on, else under Policy.
     template <class Q, class T>
     status run(const collective::call<T>& c, cudaStream_t stream) {
+      if (const status s = claim_stream(stream); s != status::success) return s;
+      return run_under_tier<Q>(c, stream);
+    }
+
+    /// Below the dispatch size: the one-shot kernel up to oneshot_bytes, else quant::none through
+    /// the pipeline (which, with a compensator, continues the chain: it keeps the rounding errors).
+    template <class T>
+    status run_unquantized(const collective::call<T>& c, cudaStream_t stream) {
+      if (const status s = claim_stream(stream); s != status::success) return s;
+      if (c.n * sizeof(T) <= layout_.oneshot_bytes) {
+        last_wide_ = last_mid_ = false;
+        return run_oneshot(c, stream);
+      }
+      return run_under_tier<quant::none>(c, stream);
+    }
+
+    const char* last_error() const { return error_; }
+
+   private:
+    template <class Q, class T>
+    status run_under_tier(const collective::call<T>& c, cudaStream_t stream) {
       const size_t bytes = c.n * sizeof(T);
       last_wide_ = last_mid_ = false;
       if constexpr (has_wide<Q>) {
@@ -345,20 +374,6 @@ struct cuda_ipc {
       return launch<Policy, Q, T>(c, p, stream);
     }
 
-    /// Below the dispatch size: the one-shot kernel up to oneshot_bytes, else quant::none through
-    /// the pipeline (which, with a compensator, continues the chain: it keeps the rounding errors).
-    template <class T>
-    status run_unquantized(const collective::call<T>& c, cudaStream_t stream) {
-      if (c.n * sizeof(T) <= oneshot_bytes) {
-        last_wide_ = last_mid_ = false;
-        return run_oneshot(c, stream);
-      }
-      return run<quant::none>(c, stream);
-    }
-
-    const char* last_error() const { return error_; }
-
-   private:
     static constexpr size_t min_ring_bytes = size_t(64) << 10;
     /// Phase schedule: one flag per sub-tile while a segment has fewer sub-tiles than this many
     /// (spread small messages over the warps), more above (fewer system-scope fences): measured.
@@ -368,6 +383,10 @@ struct cuda_ipc {
       const communicator& comm = comm_;
       const all_reduce_options& opt = opt_;
       const char* call = "echo::all_reduce (cuda_ipc engine)";
+      // Before any exchange: P is the same on every rank, so every rank throws here alike.
+      ECHO_REQUIRE(comm.size() <= max_ranks, call,
+                   std::to_string(comm.size()) + " ranks: cuda_ipc serves at most " + std::to_string(max_ranks) +
+                       " (the GPUs of one node); use transport::nccl");
       echo::detail::collective_setup setup(comm, call);
       const int P = comm.size();
       setup.local([&] {
@@ -394,8 +413,12 @@ struct cuda_ipc {
       layout_.ranks = P;
       const size_t max_seg = echo::detail::partition{max_elements, 32, P}.size(0);
       layout_.flag_tiles = std::max<size_t>(64, echo::detail::ceil_div(max_seg, min_flag_elems) + 1);
-      layout_.oneshot_bytes = oneshot_bytes;
-      layout_.ring_bytes = std::max(min_ring_bytes, opt.workspace_bytes / (2 * static_cast<size_t>(P)) & ~size_t(255));
+      // Never more than a message of max_elements needs: the one-shot halves hold its bytes at
+      // fp32, the rings its whole segment under every configuration (so no call of this object
+      // wraps them), unless options.workspace_bytes caps them lower.
+      layout_.oneshot_bytes = std::min(oneshot_bytes, (max_elements * sizeof(float) + 255) & ~size_t(255));
+      const size_t cap = opt.workspace_bytes / (2 * static_cast<size_t>(P)) & ~size_t(255);
+      layout_.ring_bytes = std::max(min_ring_bytes, std::min(cap, message_ring_bytes(max_seg)));
       colocated_ = ranks_per_context(setup) > 1;  // an exchange: reports the steps above
       if (colocated_) layout_.ring_bytes = std::max(layout_.ring_bytes, one_launch_ring_bytes(max_seg));
       buffer_ = std::make_unique<symmetric_buffer>(comm, layout_.total());  // collective itself
@@ -411,6 +434,7 @@ struct cuda_ipc {
         preload<bfloat16_t>();
       });
       setup.agree();
+      if (colocated_) detail::colocated_streams::join(group_, comm_.rank(), P, &calls_);
     }
 
     /// The most ranks of comm that one process drives on one GPU (collective). Such ranks share a
@@ -420,14 +444,16 @@ struct cuda_ipc {
     /// waits behind its own first launch, which spins until the peer's arrives, which waits behind
     /// it: a deadlock until the spin limit. So for them every call is planned as one launch (the
     /// rings hold a whole call; docs/scale-out.md). Ranks in separate processes time-slice instead.
-    int ranks_per_context(echo::detail::collective_setup& setup) const {
+    int ranks_per_context(echo::detail::collective_setup& setup) {
       struct entry {
         uint64_t host;
+        uint64_t nonce;  // rank 0's names the object group (colocated_streams)
         int pid;
         char bus_id[32];
-      } mine{echo::detail::host_fingerprint(), static_cast<int>(getpid()), {}};
+      } mine{echo::detail::host_fingerprint(), group_nonce(), static_cast<int>(getpid()), {}};
       setup.local([&] { ECHO_CUDA_TRY(cudaDeviceGetPCIBusId(mine.bus_id, sizeof mine.bus_id, comm_.device())); });
       const std::vector<entry> all = setup.all_gather(mine);
+      group_ = all[0].nonce;
       int most = 1;
       for (const entry& a : all) {
         int n = 0;
@@ -436,6 +462,34 @@ struct cuda_ipc {
         most = std::max(most, n);
       }
       return most;
+    }
+    static uint64_t group_nonce() {
+      std::random_device rd;
+      const uint64_t t = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+      return echo::detail::signature().add((uint64_t(rd()) << 32) | rd()).add(t).add(static_cast<uint64_t>(getpid())).wide();
+    }
+
+    /// Co-located ranks: refuse a call on the stream that another rank of this process already
+    /// made the same call on (colocated_streams), and make every rank's call give up at once: the
+    /// abort word of every rank's workspace is set (the one a kernel that gives up sets), so kernels
+    /// in flight stop spinning and later launches do nothing; every object is poisoned.
+    status claim_stream(cudaStream_t stream) {
+      if (!colocated_ || detail::colocated_streams::claim(group_, comm_.rank(), stream)) return status::success;
+      const uint32_t code = static_cast<uint32_t>(status::mismatch);
+      cudaStream_t side = nullptr;
+      if (cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) == cudaSuccess) {
+        for (int r = 0; r < comm_.size(); ++r)
+          (void)cudaMemcpyAsync(buffer_->peer_data(r) + 4 * echo::detail::sync_words::abort, &code, sizeof code,
+                                cudaMemcpyHostToDevice, side);
+        (void)cudaStreamSynchronize(side);
+        (void)cudaStreamDestroy(side);
+      }
+      (void)cudaGetLastError();
+      status_.mark(static_cast<int>(code));
+      error_ = "stream: another rank of this object in this process made this call on the same stream (its kernel "
+               "would wait behind that one's, which waits for it): give each co-located rank its own stream; "
+               "every rank's call was aborted, rebuild the objects";
+      return status::invalid_argument;
     }
 
     /// Ring bytes a peer needs for a segment of max_seg values to fit one round (one launch) on
@@ -447,6 +501,16 @@ struct cuda_ipc {
       if constexpr (has_mid<Quant>) {
         if (Mid<Quant>::stage_lag == 0) bytes = std::max(bytes, one_round_ring_bytes<Mid<Quant>, Quant>(max_seg, false));
       }
+      return bytes;
+    }
+    /// Ring bytes a peer needs for a segment of max_seg values under every configuration of the
+    /// object (Policy, its mid and wide variants, quantized and not, every element type).
+    static size_t message_ring_bytes(size_t max_seg) {
+      size_t bytes = one_round_ring_bytes<Policy, Quant>(max_seg, true);
+      if constexpr (has_mid<Quant>) bytes = std::max(bytes, one_round_ring_bytes<Mid<Quant>, Quant>(max_seg, false));
+      if constexpr (has_wide<Quant>) bytes = std::max(bytes, one_round_ring_bytes<Wide<Quant>, Quant>(max_seg, false));
+      if constexpr (has_wide<quant::none>)
+        bytes = std::max(bytes, one_round_ring_bytes<Wide<quant::none>, quant::none>(max_seg, false));
       return bytes;
     }
     /// One round of Pol for calls through Q on every element type (and through quant::none).
@@ -517,6 +581,8 @@ struct cuda_ipc {
       p.state = c.state;
       p.store_send_errors = c.mode == state_update::fused;
       p.n = c.n;
+      p.chain_key = comp::state_header::key(c.n, Cfg::domain);
+      p.element_type = static_cast<unsigned>(element_traits<T>::tag);
       p.granule = echo::detail::granule_of<Q>();
       p.rank = comm_.rank();
       p.ranks = comm_.size();
@@ -628,6 +694,8 @@ struct cuda_ipc {
     size_t wide_from_ = SIZE_MAX, wide_from_unquantized_ = SIZE_MAX;
     size_t mid_from_ = SIZE_MAX, mid_to_heavy_ = SIZE_MAX, mid_to_lean_ = SIZE_MAX, mid_to_stateful_ = SIZE_MAX;
     bool colocated_ = false;  ///< ranks of comm share a CUDA context (ranks_per_context)
+    uint64_t group_ = 0;      ///< names this object's group among the process's (ranks_per_context)
+    detail::colocated_streams::log calls_;  ///< this rank's calls, for claim_stream
     bool last_wide_ = false, last_mid_ = false;
   };
 };

@@ -96,6 +96,8 @@ struct nccl {
       const size_t chunk_subs = std::min(capacity, std::max<size_t>(1, subs0));
       collective::chunk_params base{};
       base.n = c.n;
+      base.chain_key = comp::state_header::key(c.n, Cfg::domain);
+      base.element_type = static_cast<unsigned>(element_traits<T>::tag);
       base.granule = echo::detail::granule_of<Q>();
       base.rank = me;
       base.ranks = P;
@@ -175,7 +177,9 @@ struct nccl {
         good = good && ok(cudaStreamWaitEvent(stream, ev[7 + k % 2], 0));
         if (!good) return;
         auto s = set(k);
-        s.end_chain = k + 1 < chunks ? 0 : c.mode == state_update::fused ? 1 : 2;  // the last launch writes the tag
+        s.end_chain = k + 1 < chunks                   ? collective::chain_end::none  // the last launch writes the tag
+                      : c.mode == state_update::fused ? collective::chain_end::fused
+                                                      : collective::chain_end::deferred;
         good = launch(collective::gather_kernel<Cfg>, s, c.out);
       };
       // Software pipeline over chunks (see the class comment for the order and why two sets do).
