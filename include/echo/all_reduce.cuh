@@ -32,6 +32,8 @@
 #include "dispatch_table.cuh"
 #include "dtype.cuh"
 #include "options.cuh"
+#include "quant/clipped.cuh"
+#include "quant/closing.cuh"
 #include "quant/none.cuh"
 #include "quant/transform.cuh"
 #include "transport/cuda_ipc.cuh"
@@ -56,6 +58,8 @@ class all_reduce {
 
  public:
   using quantizer = Quant;
+  /// What close() codes with (quant::closing_of: Quant's family and group at 8 bits, its transform).
+  using closing_quantizer = quant::closing_of_t<Quant>;
   using compensator = Comp;
   using transport = Transport;
   using chain_type = std::conditional_t<Comp::keeps_state, chain<Comp>, no_chain>;
@@ -129,6 +133,37 @@ class all_reduce {
       case dtype::f32: return (*this)(static_cast<const float*>(in), static_cast<float*>(out), n, stream, ch, mode);
       case dtype::f16: return (*this)(static_cast<const half_t*>(in), static_cast<half_t*>(out), n, stream, ch, mode);
       case dtype::bf16: return (*this)(static_cast<const bfloat16_t*>(in), static_cast<bfloat16_t*>(out), n, stream, ch, mode);
+    }
+    return fail("dtype: not f32, f16 or bf16");
+  }
+
+  /// The call that closes its chain (the last all-reduce of a forward pass): its input plus the
+  /// chain's stored errors are sent as closing_quantizer's codes (8 bits), so that what the chain
+  /// still owed is paid at the finer step; it keeps no error and leaves the chain fresh. Below the
+  /// unquantized size it is that exact call (the chain, whose calls of this n were exact too, stays
+  /// as it was). Without state, the plain call. Never throws.
+  template <class T>
+  status close(const T* in, T* out, size_t n, cudaStream_t stream, chain_type* ch = nullptr) {
+    if constexpr (Comp::keeps_state) {
+      if (!ch) return fail("chain: this compensator needs a chain (echo::chain or a chain_view)");
+      if (ch->update_pending()) return fail("chain: the last call on it was deferred and its update() has not run");
+      if (ch->capacity() < n) return fail("chain: capacity below n");
+      const status s = call<T>(in, out, n, stream, ch->view(), state_update::fused, true);
+      if (s == status::success) ch->clear_pending();
+      return s;
+    } else {
+      return call<T>(in, out, n, stream, view_type{}, state_update::fused);
+    }
+  }
+  template <class T>
+  status close(const T* in, T* out, size_t n, cudaStream_t stream, view_type state) {
+    return call<T>(in, out, n, stream, state, state_update::fused, Comp::keeps_state);
+  }
+  status close(dtype t, const void* in, void* out, size_t n, cudaStream_t stream, view_type state = {}) {
+    switch (t) {
+      case dtype::f32: return close(static_cast<const float*>(in), static_cast<float*>(out), n, stream, state);
+      case dtype::f16: return close(static_cast<const half_t*>(in), static_cast<half_t*>(out), n, stream, state);
+      case dtype::bf16: return close(static_cast<const bfloat16_t*>(in), static_cast<bfloat16_t*>(out), n, stream, state);
     }
     return fail("dtype: not f32, f16 or bf16");
   }
@@ -221,7 +256,8 @@ class all_reduce {
   }
 
   template <class T>
-  status call(const T* in_t, T* out_t, size_t n, cudaStream_t stream, view_type state, state_update mode) {
+  status call(const T* in_t, T* out_t, size_t n, cudaStream_t stream, view_type state, state_update mode,
+              bool closes = false) {
     using E = storage_of_t<T>;
     static_assert(is_element<E>::value, "echo::all_reduce: unsupported element type");
     const auto* in = reinterpret_cast<const E*>(in_t);
@@ -251,10 +287,11 @@ class all_reduce {
     if (!capturing && last_stream_ != stream && calls_ > 0 && cudaStreamWaitEvent(stream, done_, 0) != cudaSuccess)
       return cuda_failed("cudaStreamWaitEvent (ordering the call after the last one, made on another stream)");
     const bool unquantized = bytes < unquantized_below_;
-    collective::call<E> c{in, out, n, Comp::keeps_state ? state.data() : nullptr, mode, call_signature<E>(n, unquantized),
-                          capturing};
+    collective::call<E> c{in,   out, n, Comp::keeps_state ? state.data() : nullptr, mode, call_signature<E>(n, unquantized, closes),
+                          capturing, closes};
     status s = status::success;
     if (unquantized) s = engine_->run_unquantized(c, stream);
+    else if (closes) s = engine_->template run_closing<closing_quantizer>(c, stream);
     else s = engine_->template run<Quant>(c, stream);
     if (s != status::success) {
       error_ = engine_->last_error();
@@ -270,11 +307,11 @@ class all_reduce {
 
   /// Signature of a call: what every rank must agree on (the transport adds its plan).
   template <class E>
-  uint32_t call_signature(size_t n, bool unquantized) const {
+  uint32_t call_signature(size_t n, bool unquantized, bool closes) const {
     return detail::signature()
         .add(n)
         .add(static_cast<uint64_t>(element_traits<E>::tag))
-        .add(unquantized ? 0u : 1u)
+        .add(unquantized ? 0u : closes ? 2u : 1u)
         .add(config_signature_)
         .value();
   }
@@ -410,6 +447,7 @@ class all_reduce {
     detail::signature s;
     s.add(Quant::name).add(static_cast<uint64_t>(Quant::bits)).add(static_cast<uint64_t>(Quant::group));
     if constexpr (quant::transform_of_t<Quant>::active) s.add(quant::transform_of_t<Quant>::name);
+    s.add(static_cast<uint64_t>(quant::clip_of<Quant>::ratio_1024));
     s.add(Comp::name);
     if constexpr (Comp::keeps_state) s.add(comp::state_storage<typename Comp::storage>::name);
     s.add(Transport::name);

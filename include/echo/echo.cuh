@@ -8,6 +8,8 @@
 #include "dtype.cuh"
 #include "error.cuh"
 
+#include "quant/clipped.cuh"
+#include "quant/closing.cuh"
 #include "quant/naive_zero_point.cuh"
 #include "quant/none.cuh"
 #include "quant/packet.cuh"

@@ -350,18 +350,27 @@ class reference_check {
     }
   }
 
+  /// One closing call (all_reduce::close) on fresh random inputs, checked against the reference's.
+  void close_step(size_t n) {
+    const auto host_in = upload_random(n);
+    std::vector<echo::status> st(static_cast<size_t>(P_));
+    pool_.run([&](int r) { st[r] = ar(r).close(in_[r].ptr, out_[r].ptr, n, stream(r), chain(r)); });
+    for (int r = 0; r < P_; ++r) REQUIRE_MESSAGE(st[r] == echo::status::success, echo::to_string(st[r]), " (", ar(r).last_error(), ")");
+    finish(host_in, n, false, true);
+  }
+
   /// Wait for every rank, then compare with the reference.
-  void finish(const std::vector<std::vector<T>>& host_in, size_t n, bool in_place = false) {
+  void finish(const std::vector<std::vector<T>>& host_in, size_t n, bool in_place = false, bool closes = false) {
     for (int r = 0; r < P_; ++r) {
       ECHO_TEST_CUDA(cudaSetDevice(in_[r].device));
       ECHO_TEST_CUDA(cudaStreamSynchronize(stream(r)));
       REQUIRE(ar(r).check() == echo::status::success);
     }
-    expect_reference(host_in, n, in_place);
+    expect_reference(host_in, n, in_place, closes);
   }
 
   /// Compare the device outputs (already computed from host_in) with the reference.
-  void expect_reference(const std::vector<std::vector<T>>& host_in, size_t n, bool in_place = false) {
+  void expect_reference(const std::vector<std::vector<T>>& host_in, size_t n, bool in_place = false, bool closes = false) {
     std::vector<std::vector<T>> want(static_cast<size_t>(P_), std::vector<T>(n));
     std::vector<const T*> ri;
     std::vector<T*> ro;
@@ -369,8 +378,12 @@ class reference_check {
       ri.push_back(host_in[r].data());
       ro.push_back(want[r].data());
     }
-    if constexpr (C::keeps_state) ref_(ri, ro, n, &ref_chain_);
-    else ref_(ri, ro, n);
+    if constexpr (C::keeps_state) {
+      if (closes) ref_.close(ri, ro, n, &ref_chain_);  // (every call quantizes here: forced())
+      else ref_(ri, ro, n, &ref_chain_);
+    } else {
+      ref_(ri, ro, n);
+    }
     for (int r = 0; r < P_; ++r) {
       const std::vector<T> got = (in_place ? in_[r] : out_[r]).download(n);
       const long long bad = first_mismatch(got, want[r]);

@@ -26,6 +26,7 @@ struct call {
   state_update mode;
   uint32_t sig;          ///< signature of (n, element type, quantizer, compensator), the same on every rank
   bool capturing = false;  ///< the stream is capturing a CUDA graph (launches take no programmatic attribute)
+  bool closes = false;     ///< the call closes its chain: stored errors added, none kept, the chain left fresh
 };
 
 }  // namespace echo::collective

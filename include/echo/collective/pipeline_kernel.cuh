@@ -45,6 +45,7 @@ struct pipeline_params {
   T* out;
   unsigned char* state;      ///< the chain's state memory (header first), or null
   bool store_send_errors;    ///< false (deferred): the send errors are left to update_kernel
+  bool keep_own;             ///< false: the call closes its chain (keeps no error, leaves it fresh)
   size_t n;
   uint64_t chain_key;        ///< comp::state_header::key of the call (n and the domain of its errors)
   unsigned element_type;     ///< echo::dtype of the call
@@ -175,7 +176,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   if (frame.poisoned) return;
   const uint64_t epoch = frame.epoch;
   const uint64_t mine = echo::detail::flag_stamp(epoch, p.sig);
-  const state_ref st{p.state ? p.state + comp::state_header::bytes : nullptr, p.n, frame.active};
+  const state_ref st{p.state ? p.state + comp::state_header::bytes : nullptr, p.n, frame.active, p.keep_own};
   const int P = p.ranks, me = p.rank;
   const workspace_layout& L = p.layout;
   const echo::detail::partition_quotients part{p.n, p.granule, P};
@@ -270,8 +271,9 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
 
   // The chain's tag changes with the call's last launch only (every launch of a call reads it).
   detail::end_launch(sync, epoch, p.last ? p.state : nullptr,
-                     p.store_send_errors ? p.chain_key
-                                         : comp::state_header::after_deferred(p.chain_key, p.element_type, frame.active));
+                     !p.keep_own ? uint64_t(0)  // a closing call leaves a fresh chain
+                     : p.store_send_errors ? p.chain_key
+                                           : comp::state_header::after_deferred(p.chain_key, p.element_type, frame.active));
 }
 
 #endif

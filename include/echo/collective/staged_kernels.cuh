@@ -29,11 +29,12 @@ struct slot_header {
 /// buffers that hold its packets: slot(base, r) = base + r * slot_bytes; in a slot, the header,
 /// then sub-tile s at header + s * sub_bytes.
 /// What the call's last launch writes into the chain's tag (the launches before it write none).
-enum class chain_end : int { none, fused, deferred };
+enum class chain_end : int { none, fused, deferred, closed };
 
 struct chunk_params {
   size_t n;
   uint64_t chain_key;       ///< comp::state_header::key of the call (n and the domain of its errors)
+  bool keep_own;            ///< the call keeps its own segment's errors (false: it closes its chain)
   unsigned element_type;    ///< echo::dtype of the call
   size_t granule;
   int rank;
@@ -76,7 +77,8 @@ __device__ __forceinline__ void chunk_subtiles(const chunk_params& c, int j, F&&
 inline __device__ state_ref chunk_state(const chunk_params& c) {
   if (!c.state) return {};
   return {c.state + comp::state_header::bytes, c.n,
-          comp::state_header::continues(reinterpret_cast<const volatile comp::state_header*>(c.state)->tag, c.chain_key)};
+          comp::state_header::continues(reinterpret_cast<const volatile comp::state_header*>(c.state)->tag, c.chain_key),
+          c.keep_own};
 }
 
 /// The call's last launch: the chain's tag after it (fused: n; deferred: pending; fresh (0) when a
@@ -87,7 +89,7 @@ inline __device__ void end_chain(const chunk_params& c, bool agree) {
   if (!c.state || c.end_chain == chain_end::none || blockIdx.x != 0 || threadIdx.x != 0) return;
   auto* h = reinterpret_cast<volatile comp::state_header*>(c.state);
   const uint64_t tag = h->tag;
-  if (!agree || *reinterpret_cast<volatile int*>(c.status) != 0) h->tag = 0;
+  if (!agree || *reinterpret_cast<volatile int*>(c.status) != 0 || c.end_chain == chain_end::closed) h->tag = 0;
   else if (c.end_chain == chain_end::fused) h->tag = c.chain_key;
   else h->tag = comp::state_header::after_deferred(c.chain_key, c.element_type, comp::state_header::continues(tag, c.chain_key));
 }

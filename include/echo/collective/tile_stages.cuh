@@ -25,6 +25,9 @@ struct state_ref {
   unsigned char* data = nullptr;
   size_t n = 0;
   bool active = false;
+  /// Whether the call keeps the errors of its own segment (false: it closes its chain, and keeps
+  /// none; its send errors it skips through push's store_error).
+  bool keep_own = true;
 };
 
 namespace detail {
@@ -212,17 +215,21 @@ struct tile_stages {
       }
       echo::detail::store_floats<T, V>(out + first, valid, y);
       if constexpr (keeps) {
+        if (st.keep_own) {
 #pragma unroll
-        for (int v = 0; v < V; ++v) dq[v] = echo::detail::sub_rn(acc[v], dq[v]);
-        keep_errors(st, first, valid, dq, r, p, p.finite, reduce_errors_in_range && fits);
+          for (int v = 0; v < V; ++v) dq[v] = echo::detail::sub_rn(acc[v], dq[v]);
+          keep_errors(st, first, valid, dq, r, p, p.finite, reduce_errors_in_range && fits);
+        }
       }
     } else {
       echo::detail::store_floats<T, V>(out + first, valid, dq);
       if constexpr (keeps) {
+        if (st.keep_own) {
 #pragma unroll
-        for (int v = 0; v < V; ++v)
-          dq[v] = echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v])));
-        keep_errors(st, first, valid, dq, r, p, rounds_finite && p.finite, reduce_errors_in_range && fits);
+          for (int v = 0; v < V; ++v)
+            dq[v] = echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v])));
+          keep_errors(st, first, valid, dq, r, p, rounds_finite && p.finite, reduce_errors_in_range && fits);
+        }
       }
     }
     return r;

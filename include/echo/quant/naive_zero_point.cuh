@@ -14,6 +14,7 @@ template <int Bits, int Group>
 struct naive_zero_point : group_contract<Bits, Group> {
   using base = group_contract<Bits, Group>;
   static constexpr const char* name = "naive_zero_point";
+  using closing = naive_zero_point<8, Group>;  ///< quant::closing_of
   static constexpr bool holds_zero = false;  // a group far from zero decodes far from zero
 
   ECHO_HD static wire_params fit(group_stats st) {

@@ -85,7 +85,7 @@ struct rotated : Q {
   static_assert(Q::quantizes, "echo::quant::rotated: Q must be a group quantizer");
   static_assert(!transform_of_t<Q>::active, "echo::quant::rotated: Q already transforms its groups");
   using transform = hadamard<Q::group>;
-  using base_quantizer = Q;
+  using closing = rotated<typename Q::closing>;  ///< quant::closing_of: the same transform at 8 bits
 };
 
 }  // namespace echo::quant

@@ -12,6 +12,7 @@ template <int Bits, int Group>
 struct symmetric : group_contract<Bits, Group> {
   using base = group_contract<Bits, Group>;
   static constexpr const char* name = "symmetric";
+  using closing = symmetric<8, Group>;  ///< quant::closing_of
   static constexpr bool affine_decode = true;  // decode: (c - bias) s, bias - code_magic its zero's code
   static constexpr float code_offset = static_cast<float>(1u << (Bits - 1));
 

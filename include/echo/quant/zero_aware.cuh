@@ -12,6 +12,7 @@ template <int Bits, int Group>
 struct zero_aware : group_contract<Bits, Group> {
   using base = group_contract<Bits, Group>;
   static constexpr const char* name = "zero_aware";
+  using closing = zero_aware<8, Group>;  ///< quant::closing_of
   static constexpr bool affine_decode = true;  // decode: (c - bias) s, bias - code_magic its zero's code
 
   ECHO_HD static wire_params fit(group_stats st) {

@@ -17,6 +17,7 @@
 #include "../detail/partition.cuh"
 #include "../dtype.cuh"
 #include "../error.cuh"
+#include "../quant/closing.cuh"
 #include "../quant/packet.cuh"
 #include "../quant/transform.cuh"
 #include "chain_state.cuh"
@@ -70,86 +71,16 @@ class all_reduce {
   template <class T>
   void operator()(const std::vector<const T*>& in, const std::vector<T*>& out, size_t n, chain* ch = nullptr,
                   std::vector<uint8_t>* quantizations = nullptr) const {
-    static_assert(is_element<T>::value, "echo::reference::all_reduce: T must be float, echo::half_t or echo::bfloat16_t");
-    const char* call = "echo::reference::all_reduce";
-    const int P = ranks_;
-    ECHO_REQUIRE(in.size() == static_cast<size_t>(P) && out.size() == static_cast<size_t>(P), call,
-                 "expected " + std::to_string(P) + " input and output buffers, got " + std::to_string(in.size()) +
-                     " and " + std::to_string(out.size()));
-    for (int r = 0; r < P; ++r)
-      ECHO_REQUIRE(n == 0 || (in[r] && out[r]), call, "null buffer for rank " + std::to_string(r));
-    if (Comp::keeps_state) {
-      ECHO_REQUIRE(ch != nullptr, call, std::string("compensator ") + Comp::name + " needs a chain_state");
-      ECHO_REQUIRE(ch->ranks() == P, call, "chain_state has " + std::to_string(ch->ranks()) + " ranks, expected " + std::to_string(P));
-      ch->begin_call(n, quant::transform_domain<Quant>());  // last: a rejected call leaves the chain untouched
-    }
-    if (quantizations) quantizations->assign(n, 0);
+    run<Quant>(in, out, n, ch, quantizations, false);
+  }
 
-    if (P == 1) {  // nothing to reduce: an exact copy, as NCCL gives
-      if (n) std::memmove(out[0], in[0], n * sizeof(T));
-      return;
-    }
-
-    // Entry: x' = (the transform of) x + stored error.
-    using transform = quant::transform_of_t<Quant>;
-    constexpr size_t G = transform::active ? static_cast<size_t>(Quant::group) : 1;
-    std::vector<std::vector<float>> xp(P, std::vector<float>(n));
-    for (int r = 0; r < P; ++r) {
-      for (size_t k = 0; k < n; ++k) xp[r][k] = element_traits<T>::to_float(in[r][k]);
-      if constexpr (transform::active)
-        for (size_t g = 0; g + G <= n; g += G) transform::forward(&xp[r][g]);
-      if constexpr (Comp::keeps_state)
-        if (ch->continues())
-          for (size_t k = 0; k < n; ++k) xp[r][k] = detail::add_rn(xp[r][k], ch->error(r, k));
-    }
-
-    std::vector<std::vector<float>> err(Comp::keeps_state ? P : 0, std::vector<float>(n));
-    // Per rank, the parameters of the data group of every 32 errors (comp::step_state's step).
-    // (A grid without zero, naive_zero_point, or no grid: the storage fits its own step.)
-    constexpr bool by_step = chain::by_data_step && Quant::quantizes && Quant::holds_zero;
-    std::vector<std::vector<quant::group_params>> steps(by_step ? P : 0, std::vector<quant::group_params>((n + 31) / 32));
-    const detail::partition part{n, detail::granule_of<Quant>(), P};
-    for (int j = 0; j < P; ++j) {
-      const size_t b = part.begin(j), len = part.size(j);
-      if (len == 0) continue;
-      // 1. every other rank sends its quantized segment j
-      std::vector<std::vector<float>> recv(P);
-      for (int i = 0; i < P; ++i) {
-        if (i == j) continue;
-        recv[i] = round_trip<Quant, T>(&xp[i][b], len, by_step ? &steps[i][b / 32] : nullptr);
-        if (Comp::keeps_state)
-          for (size_t k = 0; k < len; ++k) err[i][b + k] = detail::sub_rn(xp[i][b + k], recv[i][k]);
-      }
-      // 2. the owner sums in rank order; its own term is exact
-      std::vector<float> S(len);
-      for (size_t k = 0; k < len; ++k) {
-        float acc = (j == 0) ? xp[0][b + k] : recv[0][k];
-        for (int i = 1; i < P; ++i) acc = detail::add_rn(acc, i == j ? xp[j][b + k] : recv[i][k]);
-        S[k] = acc;
-      }
-      // 3. one quantization of the sum, the same code for every rank
-      const std::vector<float> g = round_trip<Quant, T>(S.data(), len, by_step ? &steps[j][b / 32] : nullptr);
-      std::vector<float> y = g;  // the decoded sum in the input's domain
-      if constexpr (transform::active)
-        for (size_t k = 0; b + k + G <= n && k < len; k += G) {
-          for (size_t i = 0; i < G; ++i) y[k + i] = detail::mul_rn(y[k + i], transform::inv_size);
-          transform::inverse_scaled(&y[k]);
-        }
-      const int depth = !Quant::quantizes ? 0 : 2;  // a receipt (1) summed, then the sum (2)
-      for (size_t k = 0; k < len; ++k) {
-        const T o = element_traits<T>::from_float(y[k]);
-        for (int r = 0; r < P; ++r) out[r][b + k] = o;
-        if (Comp::keeps_state)
-          err[j][b + k] = transform::active ? detail::sub_rn(S[k], g[k]) : detail::sub_rn(S[k], element_traits<T>::to_float(o));
-        if (quantizations) (*quantizations)[b + k] = static_cast<uint8_t>(depth);
-      }
-    }
-
-    if constexpr (Comp::keeps_state) {
-      for (auto& r : err)
-        for (float& e : r) e = Comp::keep(e);
-      for (int r = 0; r < P; ++r) ch->set_errors(r, err[r], n, by_step ? steps[r].data() : nullptr);
-    }
+  /// The call that closes the chain (echo::all_reduce::close): the algorithm through
+  /// quant::closing_of_t<Quant> on x plus the chain's stored errors; it keeps no error and leaves
+  /// the chain fresh. (The device takes its exact path below the dispatch size instead.)
+  template <class T>
+  void close(const std::vector<const T*>& in, const std::vector<T*>& out, size_t n, chain* ch = nullptr,
+             std::vector<uint8_t>* quantizations = nullptr) const {
+    run<quant::closing_of_t<Quant>>(in, out, n, ch, quantizations, Comp::keeps_state);
   }
 
   /// Runtime-dtype form for callers that hold a dtype value; throws on an unsupported one.
@@ -166,6 +97,92 @@ class all_reduce {
   }
 
  private:
+  template <class Q, class T>
+  void run(const std::vector<const T*>& in, const std::vector<T*>& out, size_t n, chain* ch,
+           std::vector<uint8_t>* quantizations, bool closes) const {
+    static_assert(is_element<T>::value, "echo::reference::all_reduce: T must be float, echo::half_t or echo::bfloat16_t");
+    const char* call = "echo::reference::all_reduce";
+    const int P = ranks_;
+    ECHO_REQUIRE(in.size() == static_cast<size_t>(P) && out.size() == static_cast<size_t>(P), call,
+                 "expected " + std::to_string(P) + " input and output buffers, got " + std::to_string(in.size()) +
+                     " and " + std::to_string(out.size()));
+    for (int r = 0; r < P; ++r)
+      ECHO_REQUIRE(n == 0 || (in[r] && out[r]), call, "null buffer for rank " + std::to_string(r));
+    if (Comp::keeps_state) {
+      ECHO_REQUIRE(ch != nullptr, call, std::string("compensator ") + Comp::name + " needs a chain_state");
+      ECHO_REQUIRE(ch->ranks() == P, call, "chain_state has " + std::to_string(ch->ranks()) + " ranks, expected " + std::to_string(P));
+      ch->begin_call(n, quant::transform_domain<Q>());  // last: a rejected call leaves the chain untouched
+    }
+    if (quantizations) quantizations->assign(n, 0);
+
+    if (P == 1) {  // nothing to reduce: an exact copy, as NCCL gives
+      if (n) std::memmove(out[0], in[0], n * sizeof(T));
+      return;
+    }
+
+    // Entry: x' = (the transform of) x + stored error.
+    using transform = quant::transform_of_t<Q>;
+    constexpr size_t G = transform::active ? static_cast<size_t>(Q::group) : 1;
+    std::vector<std::vector<float>> xp(P, std::vector<float>(n));
+    for (int r = 0; r < P; ++r) {
+      for (size_t k = 0; k < n; ++k) xp[r][k] = element_traits<T>::to_float(in[r][k]);
+      if constexpr (transform::active)
+        for (size_t g = 0; g + G <= n; g += G) transform::forward(&xp[r][g]);
+      if constexpr (Comp::keeps_state)
+        if (ch->continues())
+          for (size_t k = 0; k < n; ++k) xp[r][k] = detail::add_rn(xp[r][k], ch->error(r, k));
+    }
+
+    std::vector<std::vector<float>> err(Comp::keeps_state ? P : 0, std::vector<float>(n));
+    // Per rank, the parameters of the data group of every 32 errors (comp::step_state's step).
+    // (A grid without zero, naive_zero_point, or no grid: the storage fits its own step.)
+    constexpr bool by_step = chain::by_data_step && Q::quantizes && Q::holds_zero;
+    std::vector<std::vector<quant::group_params>> steps(by_step ? P : 0, std::vector<quant::group_params>((n + 31) / 32));
+    const detail::partition part{n, detail::granule_of<Q>(), P};
+    for (int j = 0; j < P; ++j) {
+      const size_t b = part.begin(j), len = part.size(j);
+      if (len == 0) continue;
+      // 1. every other rank sends its quantized segment j
+      std::vector<std::vector<float>> recv(P);
+      for (int i = 0; i < P; ++i) {
+        if (i == j) continue;
+        recv[i] = round_trip<Q, T>(&xp[i][b], len, by_step ? &steps[i][b / 32] : nullptr);
+        if (Comp::keeps_state)
+          for (size_t k = 0; k < len; ++k) err[i][b + k] = detail::sub_rn(xp[i][b + k], recv[i][k]);
+      }
+      // 2. the owner sums in rank order; its own term is exact
+      std::vector<float> S(len);
+      for (size_t k = 0; k < len; ++k) {
+        float acc = (j == 0) ? xp[0][b + k] : recv[0][k];
+        for (int i = 1; i < P; ++i) acc = detail::add_rn(acc, i == j ? xp[j][b + k] : recv[i][k]);
+        S[k] = acc;
+      }
+      // 3. one quantization of the sum, the same code for every rank
+      const std::vector<float> g = round_trip<Q, T>(S.data(), len, by_step ? &steps[j][b / 32] : nullptr);
+      std::vector<float> y = g;  // the decoded sum in the input's domain
+      if constexpr (transform::active)
+        for (size_t k = 0; b + k + G <= n && k < len; k += G) {
+          for (size_t i = 0; i < G; ++i) y[k + i] = detail::mul_rn(y[k + i], transform::inv_size);
+          transform::inverse_scaled(&y[k]);
+        }
+      const int depth = !Q::quantizes ? 0 : 2;  // a receipt (1) summed, then the sum (2)
+      for (size_t k = 0; k < len; ++k) {
+        const T o = element_traits<T>::from_float(y[k]);
+        for (int r = 0; r < P; ++r) out[r][b + k] = o;
+        if (Comp::keeps_state)
+          err[j][b + k] = transform::active ? detail::sub_rn(S[k], g[k]) : detail::sub_rn(S[k], element_traits<T>::to_float(o));
+        if (quantizations) (*quantizations)[b + k] = static_cast<uint8_t>(depth);
+      }
+    }
+
+    if constexpr (Comp::keeps_state) {
+      if (closes) return ch->reset();  // a closing call keeps no error and leaves the chain fresh
+      for (auto& r : err)
+        for (float& e : r) e = Comp::keep(e);
+      for (int r = 0; r < P; ++r) ch->set_errors(r, err[r], n, by_step ? steps[r].data() : nullptr);
+    }
+  }
+
   int ranks_;
 };
 

@@ -23,6 +23,7 @@
 #include "../detail/preload.cuh"
 #include "../detail/signature.cuh"
 #include "../dispatch_table.cuh"
+#include "../quant/closing.cuh"
 #include "colocated_streams.cuh"
 
 #include <unistd.h>
@@ -238,6 +239,9 @@ struct cuda_ipc {
     using Mid = collective::mid_policy_t<Policy, Q, Comp>;
     template <class Q>
     static constexpr bool has_mid = Q::quantizes && !std::is_same<Mid<Q>, Policy>::value;
+    /// What a call that closes its chain codes with (under Policy only: run_closing).
+    using Closing = quant::closing_of_t<Quant>;
+    static constexpr bool has_closing = Comp::keeps_state;
 
    public:
     static constexpr const char* transport_name = "cuda_ipc";
@@ -343,6 +347,17 @@ struct cuda_ipc {
         return run_oneshot(c, stream);
       }
       return run_under_tier<quant::none>(c, stream);
+    }
+
+    /// A call that closes its chain, through Q (the object's closing quantizer): under Policy
+    /// alone, whatever the size (closing calls are a few of a chain's; one kernel a type for them).
+    template <class Q, class T>
+    status run_closing(const collective::call<T>& c, cudaStream_t stream) {
+      if (const status s = claim_stream(stream); s != status::success) return s;
+      last_wide_ = last_mid_ = false;
+      const plan p = make_plan<Policy, Q, T>(c.n);
+      if (p.why) return fail(p.why);
+      return launch<Policy, Q, T>(c, p, stream);
     }
 
     const char* last_error() const { return error_; }
@@ -501,6 +516,7 @@ struct cuda_ipc {
       if constexpr (has_mid<Quant>) {
         if (Mid<Quant>::stage_lag == 0) bytes = std::max(bytes, one_round_ring_bytes<Mid<Quant>, Quant>(max_seg, false));
       }
+      if constexpr (has_closing) bytes = std::max(bytes, one_round_ring_bytes<Policy, Closing>(max_seg, false));
       return bytes;
     }
     /// Ring bytes a peer needs for a segment of max_seg values under every configuration of the
@@ -511,6 +527,7 @@ struct cuda_ipc {
       if constexpr (has_wide<Quant>) bytes = std::max(bytes, one_round_ring_bytes<Wide<Quant>, Quant>(max_seg, false));
       if constexpr (has_wide<quant::none>)
         bytes = std::max(bytes, one_round_ring_bytes<Wide<quant::none>, quant::none>(max_seg, false));
+      if constexpr (has_closing) bytes = std::max(bytes, one_round_ring_bytes<Policy, Closing>(max_seg, false));
       return bytes;
     }
     /// One round of Pol for calls through Q on every element type (and through quant::none).
@@ -546,6 +563,7 @@ struct cuda_ipc {
       if constexpr (has_wide<Quant>) preload_kernel<Wide<Quant>, Quant, T>();
       if constexpr (has_wide<quant::none>) preload_kernel<Wide<quant::none>, quant::none, T>();
       if constexpr (has_mid<Quant>) preload_kernel<Mid<Quant>, Quant, T>();
+      if constexpr (has_closing && !std::is_same<Closing, Quant>::value) preload_kernel<Policy, Closing, T>();
       echo::detail::preload_kernels(collective::oneshot_kernel<T, oneshot_threads>);
     }
 
@@ -579,7 +597,8 @@ struct cuda_ipc {
       p.in = c.in;
       p.out = c.out;
       p.state = c.state;
-      p.store_send_errors = c.mode == state_update::fused;
+      p.store_send_errors = c.mode == state_update::fused && !c.closes;
+      p.keep_own = !c.closes;
       p.n = c.n;
       p.chain_key = comp::state_header::key(c.n, Cfg::domain);
       p.element_type = static_cast<unsigned>(element_traits<T>::tag);

@@ -97,6 +97,7 @@ struct nccl {
       collective::chunk_params base{};
       base.n = c.n;
       base.chain_key = comp::state_header::key(c.n, Cfg::domain);
+      base.keep_own = !c.closes;
       base.element_type = static_cast<unsigned>(element_traits<T>::tag);
       base.granule = echo::detail::granule_of<Q>();
       base.rank = me;
@@ -142,7 +143,7 @@ struct nccl {
       bool good = ok(cudaEventRecord(ev[0], stream)) && ok(cudaStreamWaitEvent(side_, ev[0], 0));
       auto push = [&](size_t k) {
         const auto s = set(k);
-        const bool launched = launch(collective::push_kernel<Cfg>, s, c.in, c.mode == state_update::fused);
+        const bool launched = launch(collective::push_kernel<Cfg>, s, c.in, c.mode == state_update::fused && !c.closes);
         good = good && launched && ok(cudaEventRecord(ev[1 + k % 2], stream)) &&
                ok(cudaStreamWaitEvent(side_, ev[1 + k % 2], 0));
         if (!good) return;
@@ -178,6 +179,7 @@ struct nccl {
         if (!good) return;
         auto s = set(k);
         s.end_chain = k + 1 < chunks                   ? collective::chain_end::none  // the last launch writes the tag
+                      : c.closes                      ? collective::chain_end::closed
                       : c.mode == state_update::fused ? collective::chain_end::fused
                                                       : collective::chain_end::deferred;
         good = launch(collective::gather_kernel<Cfg>, s, c.out);
@@ -190,6 +192,12 @@ struct nccl {
       }
       good = good && ok(cudaEventRecord(ev[9], side_)) && ok(cudaStreamWaitEvent(stream, ev[9], 0));
       return finish(good, cuda_bad);
+    }
+
+    /// A call that closes its chain, through Q (the object's closing quantizer).
+    template <class Q, class T>
+    status run_closing(const collective::call<T>& c, cudaStream_t stream) {
+      return run<Q>(c, stream);
     }
 
     /// Below the dispatch size: NCCL's own all-reduce (exact, not quantized; bit-identical on
