@@ -10,7 +10,7 @@
 //   echo_int4_ef       zero_aware<4,128>, error_feedback<> (default state: comp::step8_state, the
 //                      error in units of its data group's step, 8 bits), fused state update, one
 //                      chain a rank
-//   echo_int4_ef16     the same with the state as bf16 (the default until the ninth session)
+//   echo_int4_ef16     the same with the state as bf16 (the former default)
 //   echo_int4_ef8      the same with the state as int8 codes of their own step (comp::int8_state)
 //   echo_int4_ef4      the same with int4 codes; echo_int4_efs4: comp::step4_state
 //   echo_int4_ef_lean  the default state under the lean policy's shape (2 blocks of 256 a SM,
@@ -37,10 +37,10 @@
 //                      the t<T>x<B> policies overlap the stages (lag 1) and cover 8192 values a
 //                      flag unless named l0: the default's phase schedule and 4096 a flag)
 //   echo_int4_pf0      the lean wide policy without asking L2 for its input one sub-tile ahead
-//                      (pipeline_policy::prefetch; the default's asks since the sixteenth
-//                      session); echo_int4_pf2: two sub-tiles ahead; echo_int4_ef_t256x3: the
-//                      heavy one without it (the seventh session's other variants, of
-//                      prefetch, tile size and warps, are in commit 24cd9f8; docs/benchmarks.md)
+//                      (pipeline_policy::prefetch; the default's asks); echo_int4_pf2: two
+//                      sub-tiles ahead; echo_int4_ef_t256x3: the heavy one without it (other
+//                      variants, of prefetch, tile size and warps, are in commit 24cd9f8;
+//                      docs/benchmarks.md)
 //   echo_*_narrow / echo_*_mid / echo_*_wide  the default policy's three tiers, each at every
 //                      size (the default runs the mid one from the dispatch table's mid_from size
 //                      on, the wide one from its wide size on)

@@ -4,8 +4,8 @@
 usage: scripts/bench_report.py BENCH.json [BENCH.json ...] [--plot OUT.png] [--variants a,b,c] [--targets]
 
 Several files (passes of one binary): each cell is the mean over the passes, and the speedup's
-pass-to-pass spread (half the range) is printed beside it. --targets also prints issue 10's
-done conditions (P = 2, bf16, against NCCL in the same run) with the mean and the worst pass of
+pass-to-pass spread (half the range) is printed beside it. --targets also prints the speed
+targets (P = 2, bf16, against NCCL in the same run) with the mean and the worst pass of
 each, and whether the mean meets it: a table to read, not a verdict on one run's noise.
 """
 import argparse
@@ -65,7 +65,7 @@ def main():
     ap.add_argument("json", nargs="+")
     ap.add_argument("--plot")
     ap.add_argument("--variants")
-    ap.add_argument("--targets", action="store_true", help="also print issue 10's done conditions")
+    ap.add_argument("--targets", action="store_true", help="also print the speed targets")
     args = ap.parse_args()
     runs = [load(j) for j in args.json]
     raw = [load(j) for j in args.json]  # per pass, before the mean below

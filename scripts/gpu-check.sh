@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
-# Build Echo on a GPU machine, run the tests and the benchmark in one go (stages run in the order
-# ECHO_STAGES names them); logs go to $OUT (the
-# device tool's output folder) or ./gpu-logs, bundled as logs-<stages>.tar.gz beside summary.txt.
+# Build Echo on a GPU machine and run its tests, benchmarks and model runs in one go (stages run
+# in the order ECHO_STAGES names them); logs go to $ECHO_GPU_LOGS (default ./gpu-logs), bundled as
+# logs-<stages>.tar.gz beside summary.txt.
 #
 #   scripts/gpu-check.sh                       build + tests + benchmark (default stages)
 #   ECHO_STAGES="build test" scripts/gpu-check.sh
 #   ECHO_CTEST_ARGS="-LE ranks"                ctest arguments (here: skip the P = 3, 4, 8 entries)
+#   ECHO_TEST_RANKS=2                          on one GPU: the two-rank tests with both ranks on it
 #   ECHO_BENCH_ARGS="--benchmark_filter=int4"  echo_bench arguments
 # Stages:
 #   build     configure (Release, sm_90) and build everything
 #   prebuilt  instead of build: unpack .gpubin/build.tar.xz (a build tree made on another machine
-#             at this same path, without object files; ECHO_BUILD_DIR must name it) and check that
-#             its programs load; Google Benchmark's shared library may travel in .gpubin/lib
+#             at this same path; ECHO_BUILD_DIR must name it) and check that its programs load;
+#             shared libraries it needs and this machine lacks may come in .gpubin/lib
 #   test      ctest (host, install and GPU tests; the soak test included)
-#   legacy    the soak test built against the headers of an older Echo, carried in .legacy/include
-#             (git archive <rev> include | tar -x -C .legacy): shows what the soak finds there
 #   sanitize  compute-sanitizer memcheck and synccheck on a short soak and the features test;
 #             racecheck on the fault tests
 #   bench     benchmark/echo_bench: every variant against NCCL in the same process
@@ -22,28 +21,24 @@
 #             nodes), transport::nccl variants against NCCL
 #   perf      echo_perf (nccl-tests' layout, with error columns), 4-bit with and without error feedback
 #   codec     tools/codec-profile.sh: ncu over transport::nccl's staged kernels on one GPU
-#             (instructions a value, registers, HBM traffic; codec-table.md to $OUT)
+#             (instructions a value, registers, HBM traffic; codec-table.md)
 #   pybuild   pip install ./python --no-build-isolation (the numpy binding and the torch ops)
 #   pyprebuilt instead of pybuild: the host reference built here into $ECHO_PYSITE (default .pysite),
-#             the torch ops library carried in .gpubin/_torch_ops.so.xz (built on another machine
+#             and the torch ops library of .gpubin/_torch_ops.so.xz (built on another machine
 #             against the same torch) put beside it
-#   python    the Python package's tests (python/tests, one pytest per file; the GPU ones need torch
-#             and 2 GPUs)
+#   python    the Python package's tests (python/tests and examples/python/tests, one pytest a file)
 #   train     examples/python/train_tp.py (ECHO_TRAIN_ARGS; ECHO_TRAIN_CAP seconds at most, and the
-#             same for e2e and smollm), JSON to $OUT/training.json
-#   e2e       examples/python/e2e_tp.py (ECHO_E2E_ARGS), JSON to $OUT/e2e.json
-#   smollm    examples/python/smollm_tp.py eval (ECHO_SMOLLM_ARGS), JSON to $OUT/smollm.json
+#             same for e2e and smollm), JSON to training.json
+#   e2e       examples/python/e2e_tp.py (ECHO_E2E_ARGS), JSON to e2e.json
+#   smollm    examples/python/smollm_tp.py eval (ECHO_SMOLLM_ARGS), JSON to smollm.json
 #   beside    examples/python/beside_gemm.py (ECHO_BESIDE_ARGS): the all-reduce beside a cuBLAS GEMM
 #
-# Carrying to the device tool: a path carried by one call is gone in the next unless carried again
-# (build trees unpacked from it, and the ignored folders the stages write, stay while the machine
-# is warm).
 # ECHO_DEADLINE=S: stop starting work S seconds after the script began (each stage is cut at the
-# deadline with `timeout`), so a device call with a time limit still bundles what ran.
-# NCCL's multicast switches (NCCL_NVLS_ENABLE=0 on our machines) are left exactly as found.
+# deadline with `timeout`), so a run with a time limit still bundles what ran.
+# NCCL's multicast switches are left exactly as found.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=${OUT:-$root/gpu-logs}
+out=${ECHO_GPU_LOGS:-$root/gpu-logs}
 logs=${TMPDIR:-/tmp}/echo-gpu-logs
 build=${ECHO_BUILD_DIR:-$root/build-gpu}
 stages=${ECHO_STAGES:-build test bench}
@@ -61,8 +56,7 @@ left() {
 }
 late() { [ "$(left)" -le 5 ] && { say "$1: skipped, past ECHO_DEADLINE"; return 0; }; return 1; }
 say() { echo "$*" | tee -a "$summary"; }
-# The logs travel as one archive (the device tool returns few files), refreshed after each stage
-# so that a run cut short still returns what it did.
+# The logs as one archive, refreshed after each stage so that a run cut short still keeps what it did.
 # One archive per invocation (ECHO_BUNDLE names it; default: the stages), the summary appended to.
 bundle_name=${ECHO_BUNDLE:-logs-${stages// /-}}
 bundle() { tar -czf "$out/$bundle_name.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")" 2>/dev/null; }
@@ -109,21 +103,6 @@ stage_test() {
   say "test: $((SECONDS - start)) s"
   bundle
 }
-stage_legacy() {
-  if [ ! -x "$build/soak-legacy" ] && [ -d .legacy/include ]; then
-    nvcc -std=c++17 -O3 -arch=sm_90 -DECHO_SOAK_LEGACY -I.legacy/include -Itest \
-      test/collective/soak.cu test/gpu_main.cu -DECHO_TEST_MIN_GPUS=2 -lnccl -o "$build/soak-legacy" \
-      >"$logs/legacy-build.log" 2>&1 || { rc=1; tail -20 "$logs/legacy-build.log"; }
-  fi
-  if [ -x "$build/soak-legacy" ]; then
-    ECHO_SOAK_CALLS=${ECHO_LEGACY_CALLS:-3000} timeout 300 "$build/soak-legacy" -tc='soak: cuda_ipc' >"$logs/legacy-soak.log" 2>&1
-    say "legacy soak (expected to find mismatches): exit $?"
-    grep -E "^soak |FIRST:" "$logs/legacy-soak.log" | tee -a "$summary"
-  else
-    say "legacy: no .legacy/include carried and no prebuilt soak-legacy; skipped"
-  fi
-  bundle
-}
 # A sanitizer log's summary, split: errors in kernels (memory accesses, barriers, races) and CUDA
 # API return codes (with how many of the printed ones were inside libnccl, not Echo's calls).
 sanitizer_counts() {
@@ -149,34 +128,10 @@ stage_sanitize() {
     -tc='*bad buffers*,*deferred-update*' >"$logs/sanitize-racecheck-faults.log" 2>&1
   say "compute-sanitizer racecheck faults: exit $? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$logs/sanitize-racecheck-faults.log" | head -1)"
 }
-# What the built modules are linked against, and which unwinder a C++ throw binds to: modules
-# built on the GPU image crashed when their C++ code threw (docs/python.md).
-py_diagnose() {
-  [ "${ECHO_PY_DIAGNOSE:-1}" = 0 ] && return 0  # ECHO_PY_DIAGNOSE=0 skips it (about a minute)
-  local pkg
-  pkg=$(python3 -c 'import echo_allreduce, os; print(os.path.dirname(echo_allreduce.__file__))' 2>/dev/null) || return 0
-  {
-    grep -h -E "^CMAKE_(CXX|CUDA)_COMPILER(_VERSION)?:|^CMAKE_CXX_FLAGS:|^CMAKE_(SHARED|MODULE)_LINKER_FLAGS:" \
-      python/build/*/CMakeCache.txt 2>/dev/null
-    "${CXX:-c++}" --version 2>&1 | head -1
-    for m in "$pkg"/*.so; do
-      echo "== $m"; ldd "$m"; readelf -d "$m" | grep -E "NEEDED|RPATH|RUNPATH"
-      nm -D --defined-only "$m" 2>/dev/null | grep -i -E "unwind|cxa_throw" | head
-    done
-    LD_DEBUG=bindings python3 -c "from echo_allreduce import reference as R
-try: R.ChainState(2, 10, 'int3')
-except ValueError as e: print('raised:', e)" 2>&1 | grep -E "_Unwind_RaiseException|__cxa_throw|raised:" | head
-  } >"$logs/py-diagnose.log" 2>&1
-  local raised="a C++ throw crashed or did not raise"
-  grep -q "raised:" "$logs/py-diagnose.log" && raised="a C++ throw raised ValueError cleanly"
-  say "py-diagnose: $raised; _Unwind_RaiseException bound to: $(grep -m1 "_Unwind_RaiseException" "$logs/py-diagnose.log" | sed -E 's/.*binding file ([^ ]+) .* to ([^ ]+) .*/\1 -> \2/')"
-  timeout 300 scripts/py-crash-probe.sh "$logs" "$pkg" 2>&1 | tee "$logs/py-crash-probe.log" | tee -a "$summary"
-}
 stage_pybuild() {
   start=$SECONDS
   ECHO_BUILD_TORCH=ON python3 -m pip install --no-build-isolation --no-deps -v ./python >"$logs/pip.log" 2>&1
   say "pybuild: exit $? in $((SECONDS - start)) s"
-  py_diagnose
   bundle
 }
 stage_pyprebuilt() {
@@ -186,36 +141,20 @@ stage_pyprebuilt() {
     ECHO_BUILD_TORCH=OFF python3 -m pip install -v --no-build-isolation --no-deps --target "$site" ./python \
       >"$logs/pip.log" 2>&1 || { rc=1; tail -20 "$logs/pip.log" | tee -a "$summary"; }
   fi
-  # the torch ops from this call's carry (.gpubin, or .carry where a call has no room for .gpubin),
-  # unpacked every time: a copy left from an earlier call was once found truncated
   local ops
-  ops=$(ls .gpubin/_torch_ops.so.xz .carry/_torch_ops.so.xz 2>/dev/null | head -1)
+  ops=$(ls .gpubin/_torch_ops.so.xz 2>/dev/null | head -1)
   if [ -n "$ops" ]; then xz -dc "$ops" >"$site/echo_allreduce/_torch_ops.so" || rc=1; fi
   export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
   python3 -c "from echo_allreduce import ops; print('torch ops:', ops.ops_available(), ops._error or '')" 2>&1 | tee -a "$summary"
   say "pyprebuilt: $((SECONDS - start)) s"
-  py_diagnose
   bundle
 }
 stage_python() {
   start=$SECONDS
-  # The unknown-handle error path crashed once on a GPU machine (docs/python.md): a probe first,
-  # under gdb where there is one, so a crash leaves a native backtrace.
-  probe="import torch; from echo_allreduce import ops; ops._load()
-try: torch.ops.echo.state_bytes(12345, 16)
-except ValueError as e: print('probe: ValueError', str(e)[:80])"
-  if command -v gdb >/dev/null; then
-    timeout 120 gdb -q -batch -ex run -ex bt --args "$(python3 -c 'import sys; print(sys.executable)')" -c "$probe" \
-      >"$logs/probe.log" 2>&1
-  else
-    timeout 120 python3 -X faulthandler -c "$probe" >"$logs/probe.log" 2>&1
-  fi
-  say "python probe: exit $? $(grep -E '^probe:|SIGSEGV|Segmentation' "$logs/probe.log" | head -2)"
   # One pytest per file: a crash in one leaves the others' results.
-  for t in "$root"/python/tests/test_*.py; do
+  for t in "$root"/python/tests/test_*.py "$root"/examples/python/tests/test_*.py; do
     late "pytest $(basename "$t")" && continue
-    # under the native stack printer where the crash probe built one (no gdb on the GPU image)
-    (cd /tmp && LD_PRELOAD=$([ -f /tmp/echo-segv.so ] && echo /tmp/echo-segv.so) timeout "$(left)" python3 -X faulthandler -m pytest -rs -q -p no:cacheprovider "$t") \
+    (cd /tmp && timeout "$(left)" python3 -X faulthandler -m pytest -rs -q -p no:cacheprovider "$t") \
       >"$logs/pytest-$(basename "$t" .py).log" 2>&1 || rc=1
     say "pytest $(basename "$t"): $(tail -1 "$logs/pytest-$(basename "$t" .py).log")"
     bundle
@@ -260,7 +199,7 @@ stage_codec() {
   cp "$logs/codec/codec-table.md" "$out/" 2>/dev/null
   tail -20 "$logs/codec.log" | tee -a "$summary"
 }
-known=" prebuilt build test legacy sanitize pybuild pyprebuilt python train e2e smollm beside bench socket perf codec "
+known=" prebuilt build test sanitize pybuild pyprebuilt python train e2e smollm beside bench socket perf codec "
 for st in $stages; do
   [[ $known == *" $st "* ]] || { say "unknown stage '$st' (known:$known)"; rc=1; continue; }
   "stage_$st"

@@ -5,7 +5,9 @@
 
 #include <array>
 #include <chrono>
+#include <memory>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -47,4 +49,27 @@ TEST_CASE("local rendezvous: a round that a rank gave up on leaves nothing behin
     const auto got = round_of_two(rv, 20 + k, 30 + k);
     for (const auto& g : got) CHECK(g == (std::array<int, 2>{20 + k, 30 + k}));
   }
+}
+
+TEST_CASE("a communicator of 16 ranks (more than a node's GPUs): built and exchanging, for transport::nccl") {
+  // The communicator has no rank limit of its own: transport::nccl spans nodes, and only cuda_ipc
+  // (the GPUs of one node) limits P, when an object is built (test/collective/faults.cu).
+  constexpr int P = 16;
+  auto rv = std::make_shared<echo::detail::local_rendezvous>(P, std::chrono::milliseconds(20000));
+  std::vector<echo::communicator> comms;
+  for (int r = 0; r < P; ++r)
+    comms.emplace_back(r, P, r, [rv, r](const void* s, void* d, size_t b) { rv->all_gather(r, s, d, b); });
+  std::vector<std::vector<int>> got(P);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < P; ++r)
+    ts.emplace_back([&, r] {
+      for (int k = 0; k < 5; ++k) got[static_cast<size_t>(r)] = comms[static_cast<size_t>(r)].all_gather(100 * k + r);
+    });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < P; ++r) {
+    CHECK(comms[static_cast<size_t>(r)].size() == P);
+    REQUIRE(got[static_cast<size_t>(r)].size() == static_cast<size_t>(P));
+    for (int q = 0; q < P; ++q) CHECK(got[static_cast<size_t>(r)][static_cast<size_t>(q)] == 400 + q);
+  }
+  CHECK_THROWS_AS(echo::communicator(0, 0, 0, [](const void*, void*, size_t) {}), echo::error);
 }

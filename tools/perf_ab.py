@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Before / after table of echo-perf logs: two or more binaries timed in one device call.
+"""Before / after table of echo-perf logs: two or more binaries timed in one run.
 
     tools/perf_ab.py DIR BUILD_A,BUILD_B[,...]
 

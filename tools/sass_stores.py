@@ -2,7 +2,7 @@
 """Global store widths per kernel, from SASS: the stores ptxas -v does not report on.
 
 At a register cap ptxas may split a 16-byte store (STG.E.128) into 4-byte ones (STG.E) instead of
-spilling; four times the store instructions then queue in the LSU (the fifteenth session's 2.2x,
+spilling; four times the store instructions then queue in the LSU (a 2.2x slowdown in
 docs/benchmarks.md). This prints, per kernel, its STG.E.128 / .64 / 4-byte / 2-byte counts.
 
     tools/sass_stores.py FILE.cubin|FILE.o [--nvdisasm PATH] [--cuobjdump PATH]

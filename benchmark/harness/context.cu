@@ -118,7 +118,7 @@ void bench_context::time_batch_threaded(runner& run, size_t n, int calls, bool i
     // One untimed call first, so every rank's start event fires when all ranks have arrived: the
     // workers wake from one notify at different times, and the earliest rank's batch would
     // otherwise include its wait for the latest (the single-thread path launches every rank
-    // within microseconds). docs/benchmarks.md, tenth session, measures what it changed.
+    // within microseconds). docs/benchmarks.md measures what it changed.
     if (settle) run.call_rank(r, n, in_place);
     ECHO_CUDA_TRY(cudaEventRecord(R.start, R.stream));
     for (int i = 0; i < calls; ++i) run.call_rank(r, n, in_place);

@@ -1,4 +1,4 @@
-// echo-sim: the depth experiment of issue 2 on Echo's host reference (model.hpp says what it
+// echo-sim: the depth experiment (docs/quality.md) on Echo's host reference (model.hpp says what it
 // simulates; options.cpp lists the flags). This file runs the exact and the Echo runs side by side
 // and prints the error of the hidden state at depths 1, 2, 4, ..., depth.
 #include "model.hpp"

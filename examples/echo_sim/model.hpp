@@ -1,4 +1,4 @@
-// echo-sim's model: the depth experiment of issue 2, on Echo's host reference (no GPU involved).
+// echo-sim's model: the depth experiment (docs/quality.md) on Echo's host reference (no GPU).
 //
 // A pre-norm residual stream h [tokens, width] goes through `depth` tensor-parallel MLP blocks
 // over P simulated ranks, Megatron style:

@@ -10,8 +10,9 @@ A backend is named by a spec string, so that a flag switches it:
     sim[:QUANT]               the same, through sim_all_reduce below (a torch model of the
                               algorithm with fp32 error state, on the device of the tensors)
 
-QUANT is <za|nz|sym|none><bits>g<group>[+ef], e.g. za4g128+ef (zero_aware, 4 bits, groups of
-128, error_feedback); options after colons: storage=step8|int8|float|bf16,
+QUANT is <za|nz|sym|none><bits>g<group>[+rot][+clipNN][+ef][+close], e.g. za4g128+rot+clip93+ef+close
+(zero_aware, 4 bits, groups of 128, Hadamard-rotated groups, each group's range clipped to 0.93,
+error_feedback, the chain's last call closing it at 8 bits); options after colons: storage=step8|int8|float|bf16,
 transport=cuda_ipc|nccl, below=<unquantized_below_bytes>. `echo` alone takes the package's
 defaults.
 
@@ -36,15 +37,19 @@ def parse(spec):
         raise ValueError(f"unknown all-reduce backend {backend!r} in {spec!r}")
     opts = {}
     if q:
-        m = re.fullmatch(r"(za|nz|sym|none)(\d+)?(?:g(\d+))?(\+ef)?", q)
+        m = re.fullmatch(r"(za|nz|sym|none)(\d+)?(?:g(\d+))?(\+rot)?(?:\+clip(\d+))?(\+ef)?(\+close)?", q)
         if not m:
-            raise ValueError(f"bad quantizer {q!r} in {spec!r}: expected e.g. za4g128+ef")
+            raise ValueError(f"bad quantizer {q!r} in {spec!r}: expected e.g. za4g128+rot+clip93+ef+close")
         opts["quant"] = QUANTS[m.group(1)]
         if m.group(2):
             opts["bits"] = int(m.group(2))
         if m.group(3):
             opts["group_size"] = int(m.group(3))
-        opts["comp"] = "error_feedback" if m.group(4) else "none"
+        opts["rotate"] = bool(m.group(4))  # a spec names its quantizer whole: plain unless it says
+        opts["clip"] = int(m.group(5)) / 100 if m.group(5) else 1.0
+        opts["comp"] = "error_feedback" if m.group(6) else "none"
+        if m.group(7):
+            opts["close"] = True
     for kv in rest:
         k, _, v = kv.partition("=")
         key = {"below": "unquantized_below_bytes"}.get(k, k)
@@ -55,7 +60,7 @@ def parse(spec):
 class AllReduce:
     """x -> the sum of x over the group's ranks, in place (returns x)."""
 
-    def __init__(self, spec, group=None, max_elements=1 << 24):
+    def __init__(self, spec, group=None, max_elements=1 << 24, device=None):
         self.spec = spec
         self.backend, self.opts = parse(spec)
         self.group = group
@@ -64,8 +69,14 @@ class AllReduce:
         self.max_elements = max_elements
         self.fallbacks = 0  # echo calls that should_use() sent to NCCL
         self.comp = self.opts.get("comp", "error_feedback" if self.backend == "echo" else "none")
+        self.closes = self.opts.pop("close", False)  # whether the pass's last call closes its chain
+        if self.backend == "sim" and (self.opts.get("rotate") or self.opts.get("clip", 1.0) != 1.0):
+            raise ValueError(f"{spec!r}: the sim backend has no rotation or clip (use reference or echo)")
         if self.backend == "echo":
             import echo_allreduce as ear
+            if device is not None and torch.device(device).type == "cuda":  # the op, over any group (gloo too)
+                self.opts.setdefault("backend", "cuda")
+                self.opts.setdefault("device", torch.device(device))
             self.impl = ear.EchoAllReduce(group or dist.group.WORLD, max_elements, **self.opts)
         elif self.backend in ("reference", "sim"):
             self.quant = self.opts.get("quant", "zero_aware")
@@ -101,8 +112,10 @@ class AllReduce:
         else:
             chain.reset()
 
-    def __call__(self, x, chain=None):
+    def __call__(self, x, chain=None, last=False):
+        """last: the pass's last call on the chain (it closes the chain where the spec says +close)."""
         b = self.backend
+        closes = last and self.closes and chain is not None
         if b == "noop" or self.ranks == 1:
             return x
         if b == "nccl":
@@ -113,7 +126,7 @@ class AllReduce:
                 self.fallbacks += 1
                 dist.all_reduce(x, group=self.group)
                 return x
-            self.impl.all_reduce(x, chain=chain)  # in place
+            self.impl.all_reduce(x, chain=chain, closes=closes)  # in place
             return x
         # reference / sim: every rank computes every rank's result on the CPU, keeps its own
         flat = x.contiguous().view(-1)
@@ -125,7 +138,8 @@ class AllReduce:
             if dtype == "bf16":
                 arrays = [a.view(np.uint16) for a in arrays]
             outs = self.ref.all_reduce(arrays, quant=self.quant, bits=self.bits, group_size=self.group_size,
-                                       comp=self.comp, chain=chain, dtype=dtype)
+                                       comp=self.comp, chain=chain, dtype=dtype, rotate=self.opts.get("rotate", False),
+                                       clip=self.opts.get("clip", 1.0), closes=closes)
             o = outs[self.rank]
             o = torch.from_numpy(o.view(np.int16)).view(torch.bfloat16) if dtype == "bf16" else torch.from_numpy(o)
             x.copy_(o.view(x.shape))

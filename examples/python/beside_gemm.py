@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The all-reduce beside work (issue 10, step 6): a bf16 GEMM (cuBLAS through torch) on one stream
+"""The all-reduce beside work: a bf16 GEMM (cuBLAS through torch) on one stream
 of each GPU while an all-reduce runs on another, for NCCL and for Echo, each from the same run.
 
-    python3 examples/python/beside_gemm.py --out $OUT/beside-gemm.json      # spawns 2 ranks
+    python3 examples/python/beside_gemm.py --out beside-gemm.json           # spawns 2 ranks
     python3 examples/python/beside_gemm.py --cpu --size-mib 1 --gemm 256    # a CPU check of the code
 
 Per backend it times, with CUDA events, the median of --reps rounds of:

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """End to end on a TP = 2 model with Llama-3-8B layer shapes: prefill (TTFT), a decode step and a
-training step, through NCCL and Echo, idle and under background NVLink traffic (issue 13).
-docs/end-to-end.md has the results and the reasoning.
+training step, through NCCL and Echo, idle and under background NVLink traffic.
+docs/quality.md has the results and the reasoning.
 
-    python3 examples/python/e2e_tp.py --out docs/results/e2e.json          # 2 GPUs, about 4 minutes
+    python3 examples/python/e2e_tp.py --out e2e.json                        # 2 GPUs, about 4 minutes
     python3 examples/python/e2e_tp.py --cpu --tiny                          # the pipeline on the CPU
 
 Model: N layers (--layers, default 8) of hidden 4096, 32 query / 8 KV heads of 128, SwiGLU FFN
@@ -22,7 +22,7 @@ traffic on the link, busy for duty x period and idle for the rest (period --bg-p
 8 steps). 'copy' (the default): copy-engine peer copies of --bg-chunk-mib MiB both ways, no
 SMs. In that process torch's cross-device copy_ ran at 14-28 GB/s a direction on our H200s, and
 cudaMemcpyPeerAsync on the same buffers at 381 GB/s (the link's rate), so the generator times
-both and uses the faster (docs/end-to-end.md). 'nccl': an NCCL all-reduce of that many MiB over
+both and uses the faster (docs/quality.md). 'nccl': an NCCL all-reduce of that many MiB over
 both GPUs (torch.cuda.nccl, one communicator from that process); it reached a quarter of the
 link and time-slices the SMs with the measured processes. The process first times a
 step with nothing else running and reports the GB/s; the duty it reports is measured (busy time /
@@ -112,7 +112,7 @@ def _copy_traffic(chunk_mib):
 
     Two ways to issue them are timed and the faster is used: torch's cross-device `copy_` (14 GB/s
     a direction on our H200s, twice) and cudaMemcpyPeerAsync called through ctypes on the same
-    tensors and streams (scripts/peer-copy-probe.py compares them)."""
+    tensors and streams."""
     import ctypes
     d0, d1 = torch.device("cuda", 0), torch.device("cuda", 1)
     cudart = ctypes.CDLL("libcudart.so." + torch.version.cuda.split(".")[0])

@@ -2,8 +2,7 @@
 """Speedup of Echo over NCCL against background load (one panel per workload) and a markdown
 table with the all-reduce's share of each step, from e2e_tp.py's JSON.
 
-    python3 examples/python/plot_e2e.py docs/results/e2e.json --png docs/img/e2e-speedup.png \
-        --md docs/results/e2e-table.md
+    python3 examples/python/plot_e2e.py e2e.json --png docs/img/e2e-speedup.png --md e2e-table.md
 """
 import argparse
 import json

@@ -2,8 +2,7 @@
 """Markdown tables (perplexity per all-reduce variant beside the Echo paper's Table 8, greedy
 generations) and the depth plot from smollm_tp.py's JSON.
 
-    python3 examples/python/plot_smollm.py docs/results/smollm-tp2.json --png docs/img/smollm-depth.png \
-        --md docs/results/smollm-tp2.md
+    python3 examples/python/plot_smollm.py smollm-tp2.json --png docs/img/smollm-depth.png --md smollm-tp2.md
 """
 import argparse
 import json

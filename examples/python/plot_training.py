@@ -2,8 +2,8 @@
 """One figure of train and validation loss of every variant in train_tp.py's JSON, and a markdown
 table of final validation losses, the gap to bf16 NCCL, and the step times.
 
-    python3 examples/python/plot_training.py docs/results/training.json [more.json ...] \
-        --png docs/img/training-loss.png --md docs/results/training-table.md
+    python3 examples/python/plot_training.py training.json [more.json ...] \
+        --png docs/img/training-loss.png --md training-table.md
 """
 import argparse
 import json

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """SmolLM2-135M-Instruct (Llama architecture, GGUF weights) under TP = 2 with each of Echo's
-all-reduce variants: perplexity, error of the residual stream along depth, greedy text (issue 12).
-docs/real-model.md has the results and the reasoning.
+all-reduce variants: perplexity, error of the residual stream along depth, greedy text.
+docs/quality.md has the results and the reasoning.
 
-    python3 scripts/data/fetch_smollm.py                      # here, once: .data/smollm/carry{1,2}
+    python3 scripts/data/fetch_smollm.py                      # once, with the network: .data/smollm/
     python3 examples/python/smollm_tp.py check                # un-split fp32 model on the CPU
-    python3 examples/python/smollm_tp.py eval --out docs/results/smollm-tp2.json   # 2 GPUs (or --cpu)
+    python3 examples/python/smollm_tp.py eval --out smollm-tp2.json  # 2 GPUs (or --cpu)
     python3 examples/python/smollm_tp.py eval --cpu --windows 4 --variants nccl,reference:za4g128+ef
 
 Model math: fp32 everywhere (TF32 off) except the all-reduce, whose messages are bf16 as a bf16
@@ -66,8 +66,8 @@ def find_file(name, dirs):
     for d in dirs:
         if os.path.exists(os.path.join(d, name)):
             return os.path.join(d, name)
-    raise FileNotFoundError(f"{name} not in {dirs}: run scripts/data/fetch_smollm.py here and carry "
-                            ".data/smollm/carry1 and .data/smollm/carry2 (docs/real-model.md)")
+    raise FileNotFoundError(f"{name} not in {dirs}: run scripts/data/fetch_smollm.py where there is "
+                            "network and copy .data/smollm/ here (docs/quality.md)")
 
 
 def load_weights(dirs):
@@ -122,12 +122,12 @@ class Llama:
         a, b = x[..., 0::2], x[..., 1::2]
         return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
 
-    def reduce(self, y, ar, chain):
+    def reduce(self, y, ar, chain, last=False):
         if self.world == 1:
             return y
         if ar.opts.get("dtype") == "f32":  # the fp32 sum: what bf16 messages cost even exactly summed
-            return ar(y, chain)
-        return ar(y.to(torch.bfloat16), chain).float()
+            return ar(y, chain, last)
+        return ar(y.to(torch.bfloat16), chain, last).float()
 
     def forward(self, ids, ar, chain, record=None):
         ar.reset(chain)  # one chain per forward pass
@@ -135,7 +135,7 @@ class Llama:
         ang = torch.arange(T, device=self.dev, dtype=torch.float64)[:, None] * self.inv_freq[None]
         cos, sin = ang.cos().float(), ang.sin().float()
         x = self.emb[ids]
-        for L in self.layers:
+        for li, L in enumerate(self.layers):
             h = self.rms(x, L["an"])
             q = (h @ L["q"].T).view(B, T, self.hq, self.hd).transpose(1, 2)
             k = (h @ L["k"].T).view(B, T, self.hkv, self.hd).transpose(1, 2)
@@ -145,7 +145,7 @@ class Llama:
             a = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), is_causal=True)
             x = x + self.reduce(a.transpose(1, 2).reshape(B, T, -1) @ L["o"].T, ar, chain)
             h = self.rms(x, L["fn"])
-            x = x + self.reduce((F.silu(h @ L["g"].T) * (h @ L["u"].T)) @ L["dn"].T, ar, chain)
+            x = x + self.reduce((F.silu(h @ L["g"].T) * (h @ L["u"].T)) @ L["dn"].T, ar, chain, li == self.n_layer - 1)
             if record is not None:
                 record.append(x.clone())
         return self.rms(x, self.norm) @ self.emb.T
@@ -185,7 +185,9 @@ def greedy(model, tok, prompt, ar, new_tokens, cfg, chat=True):
     return tok.decode(out)
 
 
-def windows_of(ids, length, count):
+def windows_of(ids, length, count, skip=0):
+    """`count` windows of `length` scored tokens from token `skip` of the split on."""
+    ids = ids[skip:]
     n = min(count, (ids.size - 1) // length)
     return torch.from_numpy(np.stack([ids[i * length:i * length + length + 1] for i in range(n)]).astype(np.int64))
 
@@ -249,7 +251,7 @@ def main_rank(args, dev):
     t0 = time.time()
     cfg, tok, model, dirs = setup(args, dev, world, rank)
     ids = np.load(find_file("val_ids.u16.npy", dirs)).astype(np.int64)
-    windows = windows_of(ids, args.window, args.windows)
+    windows = windows_of(ids, args.window, args.windows, args.skip_tokens)
     log(f"loaded in {time.time() - t0:.0f} s; {windows.shape[0]} windows of {args.window} tokens "
         f"({windows.shape[0] * args.window} scored tokens), device {dev}, world {world}")
     max_el = args.batch * args.window * cfg["embedding_length"]
@@ -264,7 +266,7 @@ def main_rank(args, dev):
     def make(spec):
         # No silent substitute: an echo: variant runs through Echo's torch op or fails (2- and
         # 3-bit are not in the package's compiled table: they are sim: variants, by name).
-        return AllReduce(with_quantizer_always(spec), max_elements=max_el)
+        return AllReduce(with_quantizer_always(spec), max_elements=max_el, device=dev)
 
     for spec in filter(None, args.variants.split(",")):
         t = time.time()
@@ -278,7 +280,7 @@ def main_rank(args, dev):
     if args.depth:
         sub = windows[: args.depth_windows].to(dev)
         rec_exact = []
-        model.forward(sub[:, :-1], make("nccl"), None, rec_exact)
+        model.forward(sub[:, :-1], make(args.exact), None, rec_exact)
         for spec in args.depth.split(","):
             ar = make(spec)
             rec = []
@@ -324,6 +326,8 @@ def main():
     ap.add_argument("--window", type=int, default=1024, help="tokens scored per window (+1 context token)")
     ap.add_argument("--windows", type=int, default=200, help="fixed windows from the start of the validation split")
     ap.add_argument("--batch", type=int, default=8, help="windows per forward pass")
+    ap.add_argument("--skip-tokens", type=int, default=0,
+                    help="windows start this many tokens into the split (the tokens before chose the technique)")
     ap.add_argument("--depth", default="echo:za4g128+ef,echo:za4g128,echo:za8g128+ef,echo:za8g128",
                     help="variants whose residual-stream error along depth is measured ('' skips)")
     ap.add_argument("--depth-windows", type=int, default=4)
@@ -336,6 +340,10 @@ def main():
     ap.add_argument("--check-tokens", type=int, default=400)
     ap.add_argument("--out", default=None)
     ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--exact", default="nccl", help="the exact baseline of the depth measurement "
+                    "(echo:none, Echo's unquantized path, where ranks share a GPU and NCCL cannot run)")
+    ap.add_argument("--share-gpu", action="store_true",
+                    help="every rank on the GPUs there are, over gloo (one GPU: TP = 2 and 4 for the numerics)")
     ap.add_argument("--nproc", type=int, default=2)
     args = ap.parse_args()
     if args.mode == "check":

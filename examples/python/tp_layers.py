@@ -110,14 +110,19 @@ def _init_and_run(fn, args):
     # A GPU a rank on this node, or none: with fewer GPUs than local ranks (one GPU, two spawned
     # ranks) the ranks would share a device NCCL refuses, and one of them hang the others.
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
-    use_cuda = (torch.cuda.is_available() and torch.cuda.device_count() >= local_world
-                and not getattr(args, "cpu", False))
+    # share_gpu: ranks share the GPUs there are (rank r on GPU r % count) over a gloo group; for
+    # numerics, not speed (Echo's cuda_ipc serves ranks that share a GPU; NCCL does not).
+    share = getattr(args, "share_gpu", False) and torch.cuda.is_available() and not getattr(args, "cpu", False)
+    use_cuda = share or (torch.cuda.is_available() and torch.cuda.device_count() >= local_world
+                         and not getattr(args, "cpu", False))
     if use_cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        torch.cuda.set_device(local % torch.cuda.device_count() if share else local)
     else:  # ranks share the cores
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["WORLD_SIZE"])))
-    dist.init_process_group("nccl" if use_cuda else "gloo",
-                            device_id=torch.device("cuda", torch.cuda.current_device()) if use_cuda else None)
+    nccl = use_cuda and not share
+    dist.init_process_group("nccl" if nccl else "gloo",
+                            device_id=torch.device("cuda", torch.cuda.current_device()) if nccl else None)
     try:
         fn(args, torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu"))
     finally:

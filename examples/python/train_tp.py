@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """TP = 2 GPT pretraining on the corpus of scripts/data/build_corpus.py, one run per all-reduce
-variant, same seed and data order for all (issue 11, step 8). docs/training.md has the results.
+variant, same seed and data order for all. docs/quality.md has the results.
 
     python3 examples/python/train_tp.py --variants nccl,echo:za4g128+ef --steps 1200 \
-        --out docs/results/training.json            # spawns 2 ranks (or run it under torchrun)
+        --out training.json            # spawns 2 ranks (or run it under torchrun)
     python3 examples/python/train_tp.py --cpu --tiny --variants nccl,sim:za4g128+ef --steps 4
 
 The model: pre-norm GPT (RMSNorm, learned positions, GELU MLP, tied embedding), attention heads

@@ -21,6 +21,7 @@
 #include "collective/pipeline_policy.cuh"
 #include "collective/state_kernels.cuh"
 #include "communicator.cuh"
+#include "comp/error_feedback.cuh"
 #include "comp/none.cuh"
 #include "detail/collective_setup.cuh"
 #include "detail/cuda_check.cuh"
@@ -54,11 +55,14 @@ struct no_chain {};
 template <class Quant, class Transport = transport::cuda_ipc, class Comp = comp::none,
           class Policy = collective::default_policy>
 class all_reduce {
+  static_assert(comp::holds_errors_of<Comp, Quant>::value,
+                "echo::all_reduce: a clipped quantizer's errors exceed what step8_state / step4_state hold (+-0.99 / "
+                "+-0.875 data steps); keep them as comp::int8_state, int4_state or an element type");
   using engine_type = typename Transport::template engine<collective::config<Quant, Comp, Policy>>;
 
  public:
   using quantizer = Quant;
-  /// What close() codes with (quant::closing_of: Quant's family and group at 8 bits, its transform).
+  /// What close_chain() codes with (quant::closing_of: Quant's family and group at 8 bits, its transform).
   using closing_quantizer = quant::closing_of_t<Quant>;
   using compensator = Comp;
   using transport = Transport;
@@ -143,7 +147,7 @@ class all_reduce {
   /// unquantized size it is that exact call (the chain, whose calls of this n were exact too, stays
   /// as it was). Without state, the plain call. Never throws.
   template <class T>
-  status close(const T* in, T* out, size_t n, cudaStream_t stream, chain_type* ch = nullptr) {
+  status close_chain(const T* in, T* out, size_t n, cudaStream_t stream, chain_type* ch = nullptr) {
     if constexpr (Comp::keeps_state) {
       if (!ch) return fail("chain: this compensator needs a chain (echo::chain or a chain_view)");
       if (ch->update_pending()) return fail("chain: the last call on it was deferred and its update() has not run");
@@ -156,14 +160,14 @@ class all_reduce {
     }
   }
   template <class T>
-  status close(const T* in, T* out, size_t n, cudaStream_t stream, view_type state) {
+  status close_chain(const T* in, T* out, size_t n, cudaStream_t stream, view_type state) {
     return call<T>(in, out, n, stream, state, state_update::fused, Comp::keeps_state);
   }
-  status close(dtype t, const void* in, void* out, size_t n, cudaStream_t stream, view_type state = {}) {
+  status close_chain(dtype t, const void* in, void* out, size_t n, cudaStream_t stream, view_type state = {}) {
     switch (t) {
-      case dtype::f32: return close(static_cast<const float*>(in), static_cast<float*>(out), n, stream, state);
-      case dtype::f16: return close(static_cast<const half_t*>(in), static_cast<half_t*>(out), n, stream, state);
-      case dtype::bf16: return close(static_cast<const bfloat16_t*>(in), static_cast<bfloat16_t*>(out), n, stream, state);
+      case dtype::f32: return close_chain(static_cast<const float*>(in), static_cast<float*>(out), n, stream, state);
+      case dtype::f16: return close_chain(static_cast<const half_t*>(in), static_cast<half_t*>(out), n, stream, state);
+      case dtype::bf16: return close_chain(static_cast<const bfloat16_t*>(in), static_cast<bfloat16_t*>(out), n, stream, state);
     }
     return fail("dtype: not f32, f16 or bf16");
   }

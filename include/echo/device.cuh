@@ -4,6 +4,7 @@
 #include "all_reduce.cuh"
 #include "chain.cuh"
 #include "communicator.cuh"
+#include "defaults.cuh"
 #include "dispatch_table.cuh"
 #include "options.cuh"
 #include "transport/cuda_ipc.cuh"

@@ -38,12 +38,11 @@ inline constexpr dispatch_entry dispatch_table[] = {
     // 2 x H200 NV18: the 16-bit one-shot / pipeline beats the 4-bit path below 2 MiB. The wide
     // policies (stages overlapped; heavy, lean or plain by the call) beat the narrow one from
     // 256 MiB and lose at 64 MiB; for the 16-bit pipeline the plain one (8 warps a SM) wins at
-    // 64 MiB and loses at 16 MiB (sixth and seventh sessions). The mid policies (32 values a lane,
-    // larger flags) beat the narrow one from 32 MiB and lose at 16 MiB (4-bit: 31.9 against
-    // 31.0 us); the wide ones beat them from 256 MiB for 8-bit (heavy) and from 512 MiB for 4-bit
-    // (lean) (eleventh session; 2026-11-30, docs/benchmarks.md); for 4-bit + error feedback
-    // (stateful) never up to 1 GiB (256 MiB: 352 against 387 us; 1 GiB: 1408 against 1480 us;
-    // twelfth session).
+    // 64 MiB and loses at 16 MiB. The mid policies (32 values a lane, larger flags) beat the
+    // narrow one from 32 MiB and lose at 16 MiB (4-bit: 31.9 against 31.0 us); the wide ones beat
+    // them from 256 MiB for 8-bit (heavy) and from 512 MiB for 4-bit (lean) (2026-11-30,
+    // docs/benchmarks.md); for 4-bit + error feedback (stateful) never up to 1 GiB (256 MiB: 352
+    // against 387 us; 1 GiB: 1408 against 1480 us).
     {"H200", 2, "cuda_ipc", "p2p", size_t(2) << 20, size_t(128) << 20, size_t(64) << 20, size_t(32) << 20,
      size_t(256) << 20, size_t(512) << 20, SIZE_MAX},
     // transport::nccl over NVLink: NCCL's own all-reduce is faster than the staged 4-bit pipeline

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 
-def _sum(x: torch.Tensor, comm, chain) -> torch.Tensor:
+def _sum(x: torch.Tensor, comm, chain, closes: bool = False) -> torch.Tensor:
     """x summed over the ranks, out of place: Echo's all-reduce when x fits it (comm.fits: dtype
     and size, the same on every rank, so every rank takes the same path), else torch.distributed's
     (exact; the chain untouched), where Echo would raise: a float64 tensor, more elements than
@@ -26,7 +26,7 @@ def _sum(x: torch.Tensor, comm, chain) -> torch.Tensor:
     if comm.fits(x, chain):
         if not torch.compiler.is_compiling() and x.data_ptr() % 16:
             x = x.clone()  # a contiguous view at an odd offset: Echo needs 16-byte alignment
-        return comm.all_reduce(x, out=torch.empty_like(x), chain=chain)
+        return comm.all_reduce(x, out=torch.empty_like(x), chain=chain, closes=closes)
     if comm.backend != "off" and x.numel() > 0:
         warnings.warn(f"echo_allreduce: {x.numel()} {x.dtype} elements do not fit this EchoAllReduce "
                       f"(max_elements {comm.max_elements}, or the chain's capacity); summed by torch.distributed")
@@ -37,12 +37,12 @@ def _sum(x: torch.Tensor, comm, chain) -> torch.Tensor:
 
 class _ReduceFromTP(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, comm, chain):
-        return _sum(x, comm, chain)
+    def forward(ctx, x, comm, chain, closes):
+        return _sum(x, comm, chain, closes)
 
     @staticmethod
     def backward(ctx, grad):
-        return grad, None, None
+        return grad, None, None, None
 
 
 class _CopyToTP(torch.autograd.Function):
@@ -57,9 +57,10 @@ class _CopyToTP(torch.autograd.Function):
         return _sum(grad, ctx.comm, ctx.chain), None, None
 
 
-def reduce_from_tp(x: torch.Tensor, comm, chain=None) -> torch.Tensor:
-    """Sum of x over the ranks (forward); the gradient passes through unchanged."""
-    return _ReduceFromTP.apply(x, comm, chain)
+def reduce_from_tp(x: torch.Tensor, comm, chain=None, closes: bool = False) -> torch.Tensor:
+    """Sum of x over the ranks (forward); the gradient passes through unchanged. closes: the
+    chain's last call of the pass (EchoAllReduce.all_reduce)."""
+    return _ReduceFromTP.apply(x, comm, chain, closes)
 
 
 def copy_to_tp(x: torch.Tensor, comm, chain=None) -> torch.Tensor:

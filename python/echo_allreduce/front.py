@@ -47,6 +47,7 @@ class _RefChain:
 
 
 _TAG_BYTES = 8  # comp::state_header::tag, the first field of a chain's state
+RECOMMENDED_CLIP = 870 / 1024  # echo::default_quantizer's clip (include/echo/defaults.cuh)
 _ONESHOT_BYTES = 1 << 20  # transport::cuda_ipc's one-shot path (exact; the chain passes through it)
 
 # The state format of every chain new_chain() made, by id: a chain is memory in one storage's
@@ -80,12 +81,14 @@ class EchoAllReduce:
         bits: int = 4,
         group_size: int = 128,
         comp: str = "error_feedback",
-        storage: str = "step8",
+        storage: Optional[str] = None,
         transport: str = "cuda_ipc",
         unquantized_below_bytes: int = -1,
         spin_limit_s: float = 10.0,
         backend: Optional[str] = None,
         device: Optional[torch.device] = None,
+        rotate: Optional[bool] = None,
+        clip: Optional[float] = None,
     ):
         if group is None:
             group = dist.distributed_c10d._get_default_group()
@@ -102,7 +105,7 @@ class EchoAllReduce:
         failure = None
         try:
             self._configure(max_elements, quant, bits, group_size, comp, storage, transport, unquantized_below_bytes,
-                            spin_limit_s, backend, device)
+                            spin_limit_s, backend, device, rotate, clip)
         except Exception as e:  # whatever it is (a TypeError too), every rank must hear of it
             failure = e
         try:
@@ -117,10 +120,10 @@ class EchoAllReduce:
             self._handle = torch.ops.echo.create(
                 group.boxed(), "nccl" in str(dist.get_backend(group)), self.device.index, self.max_elements, self.quant,
                 self.bits, self.group_size, self.comp, self.storage, self.transport, self.unquantized_below_bytes,
-                float(spin_limit_s))
+                float(spin_limit_s), self.rotate, self.clip)
 
     def _configure(self, max_elements, quant, bits, group_size, comp, storage, transport, unquantized_below_bytes,
-                   spin_limit_s, backend, device) -> None:
+                   spin_limit_s, backend, device, rotate, clip) -> None:
         """This rank's part of the constructor: no collective step."""
         self.backend = None
         if max_elements <= 0:
@@ -130,11 +133,26 @@ class EchoAllReduce:
         enabled, quant, bits = config.apply_env(quant, bits)
         self.max_elements = int(max_elements)
         self.quant, self.bits, self.group_size = quant, int(bits), int(group_size)
+        # None: the recommended setting (docs/quality.md; echo::default_quantizer): 4-bit zero_aware
+        # groups of 128 rotated and clipped to 870/1024 of their range, the error kept as int8 codes
+        # (a clip's errors exceed step8's range); other quantizers plain
+        recommended = (quant, self.bits, int(group_size)) == ("zero_aware", 4, 128)
+        if rotate is None:
+            rotate = recommended
+        if clip is None:
+            clip = RECOMMENDED_CLIP if recommended else 1.0
+        self.rotate = bool(rotate) and quant != "none"
+        self.clip = reference.clip_1024(clip) if quant != "none" else 1024  # 1024ths of the range; 1024: none
+        if storage is None:
+            storage = "int8" if self.clip != 1024 else "step8"
         self.comp, self.storage, self.transport = comp, storage, transport
         self.unquantized_below_bytes = int(unquantized_below_bytes)
         if comp not in ("none", "error_feedback"):
             raise ValueError(f"EchoAllReduce: comp must be 'none' or 'error_feedback', got {comp!r}")
         self.keeps_state = comp == "error_feedback"
+        if self.keeps_state and self.clip != 1024 and storage in ("step8", "step4"):
+            raise ValueError(f"EchoAllReduce: a clip's errors exceed what storage {storage!r} holds (+-0.99 / +-0.875 "
+                             "data steps); use 'int8', 'int4' or an element storage (comp::holds_errors_of)")
         if not enabled:
             backend = "off"
         elif backend is None:
@@ -154,14 +172,15 @@ class EchoAllReduce:
         elif backend == "reference":
             self._check_reference_entry()
 
-    _AGREED = ("backend", "quant", "bits", "group_size", "comp", "storage", "transport", "max_elements",
+    _AGREED = ("backend", "quant", "bits", "group_size", "rotate", "clip", "comp", "storage", "transport", "max_elements",
                "unquantized_below_bytes")
 
     def _codes(self) -> list:
         """This rank's configuration as ints, stable across processes (hash() of a str is not);
         what the calls ignore does not count (bits of quant 'none', storage of comp 'none')."""
         def value(name: str):
-            if (name in ("bits", "group_size") and self.quant == "none") or (name == "storage" and self.comp == "none"):
+            if (name in ("bits", "group_size", "rotate", "clip") and self.quant == "none") or (
+                    name == "storage" and self.comp == "none"):
                 return 0
             return getattr(self, name)
 
@@ -234,7 +253,7 @@ class EchoAllReduce:
         # A chain's errors are laid out by the storage and kept for the elements this rank owns
         # under this quantizer at this P, so a chain made for another of these would be read
         # wrong without any check failing on the device.
-        q = (self.quant,) if self.quant == "none" else (self.quant, self.bits, self.group_size)
+        q = (self.quant,) if self.quant == "none" else (self.quant, self.bits, self.group_size, self.rotate, self.clip)
         return (self.comp, self.storage, q, self.world_size, self.rank)
 
     def _info(self, chain) -> _ChainInfo:
@@ -282,15 +301,21 @@ class EchoAllReduce:
                 return n <= capacity if capacity is not None else chain.numel() >= self.state_bytes(n)
         return True
 
-    def all_reduce(self, x: torch.Tensor, out: Optional[torch.Tensor] = None, chain=None, mode: str = "fused"):
+    def all_reduce(self, x: torch.Tensor, out: Optional[torch.Tensor] = None, chain=None, mode: str = "fused",
+                   closes: bool = False):
         """out = sum of x over the ranks; in place (returns x) when out is None.
 
         chain: the call's chain (new_chain) when comp is 'error_feedback'. mode 'deferred' writes
         only this rank's own errors into the chain; update(x, chain) must follow before the chain's
-        next call (it needs out, not in place). Errors: ValueError for a bad argument (wrong dtype,
+        next call (it needs out, not in place). closes: the chain's last call (the last all-reduce
+        of a forward pass): x plus the chain's stored errors go at 8 bits, no error is kept, and the
+        chain is left fresh (fused only). Errors: ValueError for a bad argument (wrong dtype,
         device, layout, size, chain), RuntimeError for a failure on the device.
         """
         deferred = mode == "deferred"
+        if closes and deferred:
+            raise ValueError("EchoAllReduce.all_reduce: a closing call keeps no error: it cannot be deferred")
+        closes = bool(closes) and self.keeps_state
         target = x if out is None else out
         eager = not _compiling()
         if self.backend == "reference":
@@ -299,7 +324,7 @@ class EchoAllReduce:
             failure, prepared = None, None
             try:
                 self._judge_call(x, out, chain, mode, eager)
-                prepared = self._prepare_reference_call(x, target, chain)
+                prepared = self._prepare_reference_call(x, target, chain, closes)
             except Exception as e:
                 failure = e
             try:
@@ -319,7 +344,7 @@ class EchoAllReduce:
                 dist.all_reduce(out, group=self.group)
                 return out
             state = chain if self.keeps_state else None
-            torch.ops.echo.all_reduce(self._handle, x, target, state, deferred)
+            torch.ops.echo.all_reduce(self._handle, x, target, state, deferred, closes)
         if eager:  # only a call that was accepted leaves a deferred update pending
             self._accepted(chain, x, deferred)
         return target
@@ -361,7 +386,7 @@ class EchoAllReduce:
         a call on a chain whose tag is 0 reads its stored errors as zero and writes every one it
         keeps, so the rest of the memory need not be cleared. ``chain.zero_()`` gives the same
         results but writes the whole state (state_bytes(capacity)): at a 16k-token capacity about
-        45 us a reset on H200, paid every decode step (docs/end-to-end.md, fifth session).
+        45 us a reset on H200, paid every decode step (docs/python.md).
         reference: ``chain.zero_()``. Clears a pending deferred update as a fresh chain would.
         """
         if not self.keeps_state or chain is None:
@@ -401,7 +426,7 @@ class EchoAllReduce:
     def _ptr(x: torch.Tensor) -> int:
         return x.data_ptr()
 
-    def _prepare_reference_call(self, x: torch.Tensor, target: torch.Tensor, chain) -> tuple:
+    def _prepare_reference_call(self, x: torch.Tensor, target: torch.Tensor, chain, closes: bool = False) -> tuple:
         """Everything of a reference call that can fail on one rank alone, before any exchange."""
         if not isinstance(x, torch.Tensor) or not isinstance(target, torch.Tensor):
             raise TypeError("EchoAllReduce.all_reduce: x and out must be tensors")
@@ -420,12 +445,12 @@ class EchoAllReduce:
         if 0 <= nbytes < self.unquantized_below_bytes:
             # The cuda backend's unquantized paths: exact, the chain untouched (the one-shot kernel,
             # NCCL's own all-reduce), or the 16-bit pipeline, which keeps the chain.
-            quant = "none"
+            quant, closes = "none", False  # (an exact call closes nothing: the chain is as it was)
             if self.transport == "nccl" or nbytes <= _ONESHOT_BYTES:
                 comp, state = "none", None
         # Raw bytes travel: every backend all-gathers uint8, whatever the dtype.
         flat = x.detach().reshape(-1).contiguous().view(torch.uint8)
-        return flat, quant, comp, state
+        return flat, quant, comp, state, closes
 
     def _reference_call(self, x: torch.Tensor, target: torch.Tensor, prepared: tuple, head: list, rows: list) -> None:
         # Collective even for a refused call (all_reduce): the verdicts, n and the element type
@@ -438,14 +463,16 @@ class EchoAllReduce:
                 raise RuntimeError(f"EchoAllReduce.all_reduce: ranks made different calls (n, element type): rank {r} "
                                    f"{row[0]} {types[row[1]]}, rank {self.rank} {head[0]} {x.dtype}; nothing was "
                                    "summed and the chain is unchanged")
-        flat, quant, comp, state = prepared
+        flat, quant, comp, state, closes = prepared
         parts = [torch.empty_like(flat) for _ in range(self.world_size)]
         dist.all_gather(parts, flat, group=self.group)
         t = _DTYPES[x.dtype]
         npdt = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[t]
         arrays = [p.cpu().numpy().view(npdt) for p in parts]
+        rot, clip = (self.rotate, self.clip / 1024) if quant != "none" else (False, None)
         outs = reference.all_reduce(arrays, quant=quant, bits=self.bits, group_size=self.group_size, comp=comp,
-                                    storage=self.storage if comp != "none" else "", chain=state, dtype=t)
+                                    storage=self.storage if comp != "none" else "", chain=state, dtype=t,
+                                    rotate=rot, clip=None if clip == 1 else clip, closes=closes)
         mine = torch.from_numpy(outs[self.rank].view(np.uint8)).view(x.dtype).view(x.shape)
         with torch.no_grad():
             target.copy_(mine)
@@ -453,8 +480,9 @@ class EchoAllReduce:
     def _check_reference_entry(self) -> None:
         names = (self.quant, self.comp)
         for e in reference.instantiations():
-            if (e["quant"], e["comp"]) == names and (self.quant == "none" or (e["bits"], e["group_size"]) == (
-                    self.bits, self.group_size)) and (self.comp == "none" or e["storage"] == self.storage):
+            if (e["quant"], e["comp"]) == names and (self.quant == "none" or (
+                    e["bits"], e["group_size"], e["rotate"], e["clip"]) == (self.bits, self.group_size, self.rotate, self.clip)) \
+                    and (self.comp == "none" or e["storage"] == self.storage):
                 return
         raise ValueError(f"EchoAllReduce: no compiled reference entry quant={self.quant!r} bits={self.bits} "
                          f"group_size={self.group_size} comp={self.comp!r} storage={self.storage!r}; see "
@@ -488,7 +516,8 @@ class EchoAllReduce:
         return False
 
     def __repr__(self):
-        q = self.quant if self.quant == "none" else f"{self.quant} {self.bits}-bit g{self.group_size}"
+        q = self.quant if self.quant == "none" else f"{self.quant} {self.bits}-bit g{self.group_size}" + (
+            " rotated" if self.rotate else "") + (f" clip {self.clip}/1024" if self.clip != 1024 else "")
         c = self.comp if self.comp == "none" else f"{self.comp} ({self.storage})"
         return (f"EchoAllReduce(rank {self.rank}/{self.world_size}, backend={self.backend}, {q}, {c}, "
                 f"max_elements={self.max_elements})")

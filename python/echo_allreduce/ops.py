@@ -32,7 +32,7 @@ def _load() -> bool:
         return False
 
     @torch.library.register_fake("echo::all_reduce")
-    def _all_reduce_fake(handle, input, out, state=None, deferred=False):
+    def _all_reduce_fake(handle, input, out, state=None, deferred=False, closes=False):
         return None
 
     @torch.library.register_fake("echo::update")

@@ -7,6 +7,8 @@ It is the C++ reference itself, compiled for a fixed table of instantiations
     >>> chain = ChainState(ranks=2, capacity=n, storage="int8")     # error feedback
     >>> outs = all_reduce([x0, x1], chain=chain)                     # ... once per call of the chain
     >>> chain.reset()                                                # at a pass boundary
+    >>> outs = all_reduce([x0, x1], rotate=True, clip=0.93, chain=chain)   # outlier-robust 4-bit
+    >>> outs = all_reduce([x0, x1], rotate=True, chain=chain, closes=True) # the chain's last call
 
 bfloat16 values travel as their bit patterns in uint16 arrays, with ``dtype="bf16"``.
 """
@@ -20,7 +22,7 @@ import numpy as np
 from . import _reference
 from ._reference import ChainState
 
-__all__ = ["all_reduce", "ChainState", "instantiations", "canonical_dtype"]
+__all__ = ["all_reduce", "ChainState", "instantiations", "canonical_dtype", "clip_1024"]
 
 _DTYPES = {"f32": "f32", "float32": "f32", "f16": "f16", "float16": "f16", "bf16": "bf16", "bfloat16": "bf16"}
 _NUMPY = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}
@@ -40,9 +42,20 @@ def canonical_dtype(dtype) -> str:
     raise ValueError(f"echo_allreduce.reference: unsupported dtype {dtype!r} (float32, float16, bf16 as uint16)")
 
 
+def clip_1024(clip) -> int:
+    """A clip ratio (None: no clip) as the table's 1024ths: 0.93 -> 952."""
+    if clip is None:
+        return 1024
+    r = int(round(float(clip) * 1024))  # (870 / 1024 stays 870)
+    if not 0 < r <= 1024:
+        raise ValueError(f"clip must be in (0, 1] (None: no clip), got {clip!r}")
+    return r
+
+
 def instantiations() -> list[dict]:
-    """The compiled table: one dict per (quant, bits, group_size, comp, storage)."""
-    keys = ("quant", "bits", "group_size", "comp", "storage")
+    """The compiled table: one dict per (quant, bits, group_size, rotate, clip, comp, storage); clip
+    is the ratio in 1024ths (1024: none)."""
+    keys = ("quant", "bits", "group_size", "rotate", "clip", "comp", "storage")
     return [dict(zip(keys, e)) for e in _reference.instantiations()]
 
 
@@ -57,13 +70,19 @@ def all_reduce(
     chain: Optional[ChainState] = None,
     dtype=None,
     out: Optional[Sequence[np.ndarray]] = None,
+    rotate: bool = False,
+    clip: Optional[float] = None,
+    closes: bool = False,
 ) -> list[np.ndarray]:
     """Echo's all-reduce over ``len(inputs)`` simulated ranks; returns one output per rank.
 
     inputs: one array per rank, all of one shape and element type (float32, float16, or uint16
     holding bf16 bits with ``dtype="bf16"``). ``comp`` defaults to 'error_feedback' when a chain
     is given and 'none' otherwise; ``storage`` to the chain's. ``out``: arrays to write into
-    (an output may be its rank's input). quant 'none' ignores bits and group_size.
+    (an output may be its rank's input). quant 'none' ignores bits and group_size. ``rotate``:
+    Hadamard-rotated groups; ``clip``: the group's range shrunk to that ratio before the fit;
+    ``closes``: the call that closes its chain (8-bit codes of x plus the chain's errors, none
+    kept, the chain left fresh).
     """
     if len(inputs) == 0:
         raise ValueError("echo_allreduce.reference.all_reduce: no inputs (one array per rank)")
@@ -93,6 +112,7 @@ def all_reduce(
                 raise ValueError(f"echo_allreduce.reference.all_reduce: out[{r}] must be C-contiguous and writeable "
                                  "(it is written in place)")
     _reference.all_reduce(
-        [x.reshape(-1) for x in xs], [o.reshape(-1) for o in out], t, quant, bits, group_size, comp, storage, chain
+        [x.reshape(-1) for x in xs], [o.reshape(-1) for o in out], t, quant, bits, group_size, bool(rotate),
+        clip_1024(clip), comp, storage, chain, bool(closes)
     )
     return list(out)

@@ -7,6 +7,15 @@
     tp.new_pass()                             # before each forward pass: both chains start fresh
     y = fc2(gelu(fc1(x)))
 
+Error feedback is sound only where the all-reduced output is added, unscaled, to the residual
+stream that the chain's next call also adds into (pre-norm blocks: x = x + f(norm(x))): the error
+one call re-injects then cancels the one the last call made. A block that normalizes or rescales
+its output before the residual add (sandwich or post-block norms, x = x + norm(f(x))) scales the
+two differently, and feedback can amplify instead of cancel. Such layers take
+``into_residual=False``: their calls keep out of the chain (no stored error is added or kept).
+The last row-parallel layer of a forward pass takes ``closes=True``: its call closes the chain
+at 8 bits (EchoAllReduce.all_reduce's ``closes``).
+
 Weights are drawn for the full layer from ``torch.Generator`` seeded with ``seed`` and then sliced,
 so a TP model equals its single-device twin built with the same seeds (what the tests compare).
 """
@@ -33,6 +42,14 @@ class TensorParallel:
         self.world_size = comm.world_size
         self.fwd_chain = comm.new_chain(capacity)
         self.bwd_chain = comm.new_chain(capacity)
+        # Calls kept out of the chains (into_residual=False) run on this one, started fresh before
+        # each: they add no stored error and what they keep is never read.
+        self.unchained = comm.new_chain(capacity)
+
+    def fresh_unchained(self):
+        """The chain for a call that error feedback must not touch, reset for it."""
+        self.comm.reset_chain(self.unchained)
+        return self.unchained
 
     def new_pass(self) -> None:
         """A pass boundary: both chains start from zero errors (reset_chain: the tag only, and any
@@ -73,12 +90,19 @@ class ColumnParallelLinear(nn.Module):
 
 class RowParallelLinear(nn.Module):
     """y = sum_r x_r W_r^T + b with W's input columns split over the ranks; the partial outputs are
-    all-reduced (reduce_from_tp on the forward chain), then the bias is added once."""
+    all-reduced (reduce_from_tp on the forward chain), then the bias is added once.
+
+    into_residual: whether y is added, unscaled, to the residual stream (False: the block
+    normalizes or rescales it first, so its call keeps out of the error-feedback chain). closes:
+    the forward pass's last all-reduce (it closes the chain at 8 bits)."""
 
     def __init__(self, in_features: int, out_features: int, tp: TensorParallel, bias: bool = True, seed: int = 0,
-                 device=None, dtype=None):
+                 device=None, dtype=None, into_residual: bool = True, closes: bool = False):
         super().__init__()
+        if closes and not into_residual:
+            raise ValueError("RowParallelLinear: a call kept out of the chain cannot close it")
         self.tp = tp
+        self.into_residual, self.closes = into_residual, closes
         self.in_features, self.out_features = in_features, out_features
         part = tp.split(in_features, "in_features")
         cols = slice(tp.rank * part, (tp.rank + 1) * part)
@@ -86,5 +110,6 @@ class RowParallelLinear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = reduce_from_tp(F.linear(x, self.weight), self.tp.comm, self.tp.fwd_chain)
+        chain = self.tp.fwd_chain if self.into_residual else self.tp.fresh_unchained()
+        y = reduce_from_tp(F.linear(x, self.weight), self.tp.comm, chain, self.closes)
         return y if self.bias is None else y + self.bias

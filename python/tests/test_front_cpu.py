@@ -13,6 +13,7 @@ import torch.distributed as dist  # noqa: E402
 import _ranks  # noqa: E402
 from _ranks import run_ranks, same_bits, to_numpy  # noqa: E402
 from echo_allreduce import reference  # noqa: E402
+from echo_allreduce.front import RECOMMENDED_CLIP  # noqa: E402
 
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is unavailable", allow_module_level=True)
@@ -27,7 +28,7 @@ def rank_inputs(call, n, dtype, world=P):
 
 
 CONFIGS = [
-    dict(quant="zero_aware", bits=4, group_size=128, comp="error_feedback", storage=STORAGES[0]),
+    dict(quant="zero_aware", bits=4, group_size=128, rotate=False, clip=1.0, comp="error_feedback", storage=STORAGES[0]),
     dict(quant="zero_aware", bits=8, group_size=64, comp="none"),
     dict(quant="symmetric", bits=4, group_size=128, comp="error_feedback", storage="int8"),
     dict(quant="naive_zero_point", bits=4, group_size=128, comp="error_feedback", storage="step8"),
@@ -302,7 +303,10 @@ def _env_switch(rank, world):
             continue
         quant, bits = {"int4": ("zero_aware", 4), "int8": ("zero_aware", 8), "none": ("none", 4), "": ("symmetric", 4)}[value]
         assert (comm.backend, comm.quant, comm.bits) == ("reference", quant, bits), value
-        want = reference.all_reduce([to_numpy(t) for t in rank_inputs(0, 4096, torch.float32)], quant=quant, bits=bits)
+        # ECHO_ALLREDUCE=int4 names the recommended 4-bit setting: rotated, clipped (front.py)
+        outlier = dict(rotate=True, clip=RECOMMENDED_CLIP) if value == "int4" else {}
+        want = reference.all_reduce([to_numpy(t) for t in rank_inputs(0, 4096, torch.float32)], quant=quant, bits=bits,
+                                    **outlier)
         assert np.array_equal(to_numpy(got), want[rank]), value
 
 
@@ -342,7 +346,8 @@ def _mismatched_construction(rank, world):
     comm = EchoAllReduce(None, 1000, comp="none", backend="reference")  # the group still works
     x = rank_inputs(0, 1000, torch.float32)[rank]
     got = comm.all_reduce(x.clone())
-    want = reference.all_reduce([to_numpy(t) for t in rank_inputs(0, 1000, torch.float32)], comp="none")[rank]
+    want = reference.all_reduce([to_numpy(t) for t in rank_inputs(0, 1000, torch.float32)], comp="none", rotate=True,
+                                clip=RECOMMENDED_CLIP)[rank]  # the defaults: the recommended 4-bit setting
     assert np.array_equal(to_numpy(got), want)
 
 
@@ -358,7 +363,7 @@ def _autograd(rank, world):
     from echo_allreduce.autograd import copy_to_tp, reduce_from_tp
 
     n = 4096
-    comm = EchoAllReduce(None, n, comp="error_feedback", storage=STORAGES[0], backend="reference")
+    comm = EchoAllReduce(None, n, comp="error_feedback", storage=STORAGES[0], rotate=False, clip=1.0, backend="reference")
     fwd, bwd = comm.new_chain(), comm.new_chain()
     ref_fwd, ref_bwd = (reference.ChainState(world, n, STORAGES[0]) for _ in range(2))
     for call in range(3):
@@ -420,6 +425,63 @@ def test_tp_mlp_matches_its_single_device_twin():
     run_ranks(_tp_mlp)
 
 
+def _outlier_path(rank, world):
+    """Rotated, clipped calls and the closing call through the front equal the reference's."""
+    from echo_allreduce import EchoAllReduce
+
+    n = 4099
+    for dtype in (torch.bfloat16, torch.float32):
+        comm = EchoAllReduce(None, n, rotate=True, clip=0.93, storage="int8", backend="reference")
+        chain = comm.new_chain()
+        mine = reference.ChainState(world, n, "int8")
+        for call in range(5):
+            closes = call == 4
+            xs = rank_inputs(call, n, dtype)
+            got = comm.all_reduce(xs[rank].clone(), chain=chain, closes=closes)
+            want = reference.all_reduce([to_numpy(t) for t in xs], chain=mine, dtype=TD[dtype], rotate=True, clip=0.93,
+                                        closes=closes)[rank]
+            assert same_bits(got, torch.from_numpy(want.view(np.uint8)).view(dtype)), (dtype, call)
+        assert mine.size == 0  # closed: the next call starts fresh
+        with pytest.raises(ValueError, match="cannot be deferred"):
+            comm.all_reduce(xs[rank].clone(), out=torch.empty_like(xs[rank]), chain=chain, mode="deferred", closes=True)
+
+
+def test_outlier_path_through_the_front_equals_the_reference():
+    run_ranks(_outlier_path)
+
+
+def _sandwich(rank, world):
+    """A model that normalizes each block's output before the residual add (a sandwich norm): its
+    row-parallel layers take into_residual=False, so an error-feedback object gives exactly the
+    outputs of one without compensation; chaining those sites would not."""
+    from echo_allreduce import EchoAllReduce
+    from echo_allreduce.tp import ColumnParallelLinear, RowParallelLinear, TensorParallel
+
+    d, h, tokens, depth = 64, 256, 16, 6
+    x0 = torch.randn(tokens, d, generator=torch.Generator().manual_seed(9))
+    norm = lambda v: v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6)  # noqa: E731
+
+    def run(comp, into_residual):
+        comm = EchoAllReduce(None, tokens * d, comp=comp, storage="float", backend="reference")
+        tp = TensorParallel(comm)
+        blocks = [(ColumnParallelLinear(d, h, tp, bias=False, seed=10 + i),
+                   RowParallelLinear(h, d, tp, bias=False, seed=20 + i, into_residual=into_residual)) for i in range(depth)]
+        tp.new_pass()
+        x = x0.clone()
+        with torch.no_grad():
+            for up, down in blocks:
+                x = x + norm(down(torch.nn.functional.gelu(up(norm(x)))))
+        return x
+
+    plain = run("none", True)
+    assert same_bits(run("error_feedback", False), plain)
+    assert not same_bits(run("error_feedback", True), plain)  # the chain would act there
+
+
+def test_sites_normalized_before_the_residual_add_keep_out_of_the_chain():
+    run_ranks(_sandwich)
+
+
 # ---- torch ops without a GPU: registration and torch.compile tracing -------------------------
 ops = pytest.importorskip("echo_allreduce.ops")
 needs_ops = pytest.mark.skipif(not ops.ops_available(), reason="echo_allreduce was built without its torch ops "
@@ -433,8 +495,10 @@ def test_ops_are_registered_with_their_schemas():
     assert "Tensor(a!) state" in str(torch.ops.echo.update.default._schema)
     table = torch.ops.echo.instantiations()
     for g in (32, 64, 128):
-        assert f"zero_aware 4 {g} none - cuda_ipc" in table and f"zero_aware 8 {g} none - cuda_ipc" in table
-    assert "none 0 0 none - cuda_ipc" in table and "zero_aware 4 128 none - nccl" in table
+        assert f"zero_aware 4 {g} 0 1024 none - cuda_ipc" in table and f"zero_aware 8 {g} 0 1024 none - cuda_ipc" in table
+    assert "none 0 0 0 1024 none - cuda_ipc" in table and "zero_aware 4 128 0 1024 none - nccl" in table
+    assert "zero_aware 4 128 1 870 error_feedback int8 cuda_ipc" in table  # echo::default_all_reduce
+    assert not [e for e in table if " 870 error_feedback step" in e]  # comp::holds_errors_of
     with pytest.raises(ValueError, match="cuda:"):
         torch.ops.echo.all_reduce(1, torch.zeros(16), torch.zeros(16), None, False)
     with pytest.raises(ValueError, match="names no live"):

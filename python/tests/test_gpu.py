@@ -3,7 +3,7 @@ echo_allreduce.reference through the torch path, CUDA graph capture and replay, 
 autograd against the exact all-reduce, the env switch, bad inputs, a missing peer. Skipped, with
 the reason shown (pytest -rs), where torch, the torch ops or 2 GPUs are absent.
 
-With one GPU and ECHO_TEST_RANKS=2 (as for the C++ GPU tests, docs/scale-out.md) the two ranks
+With one GPU and ECHO_TEST_RANKS=2 (as for the C++ GPU tests, docs/testing.md) the two ranks
 share it: NCCL refuses two ranks on one GPU, so the group is gloo and the ops are asked for the cuda
 backend explicitly; what needs NCCL or a second device (transport::nccl, a tensor on the other
 rank's GPU) is in tests of its own that report themselves skipped there."""
@@ -61,6 +61,7 @@ def make(cfg, max_elements, **kw):
     from echo_allreduce import EchoAllReduce
 
     quant, bits, group, comp, storage = cfg
+    kw = {"rotate": False, "clip": 1.0, **kw}  # the configs name plain quantizers (the default: below)
     return EchoAllReduce(None, max_elements, quant=quant, bits=bits, group_size=group, comp=comp,
                          storage=storage or "int8", **SHARED_KW, **kw)
 
@@ -136,6 +137,33 @@ def _dispatch_deferred(rank, world):
     # bookkeeping of the deferred update differs).
     assert torch.equal(fused[256:], deferred[256:])
     comm.close()
+
+
+def _default_config(rank, world):
+    """EchoAllReduce's defaults (echo::default_quantizer: rotated, clipped 4-bit + int8 state),
+    a chain of calls closed by its last, equal to the reference's bits."""
+    from echo_allreduce import EchoAllReduce
+    from echo_allreduce.front import RECOMMENDED_CLIP
+
+    dev = device(rank)
+    n = 576 * 97
+    comm = EchoAllReduce(None, n, unquantized_below_bytes=0, **SHARED_KW)
+    assert (comm.rotate, comm.clip, comm.storage) == (True, 870, "int8"), comm
+    for dtype in (torch.bfloat16, torch.float32):
+        chain = comm.new_chain()
+        mine = reference.ChainState(world, n, "int8")
+        for call in range(6):
+            closes = call == 5
+            xs = rank_inputs(call, n, dtype, world)
+            got = comm.all_reduce(xs[rank].to(dev), chain=chain, closes=closes)
+            want = reference.all_reduce([to_numpy(x) for x in xs], chain=mine, dtype=dtype_name(dtype), rotate=True,
+                                        clip=RECOMMENDED_CLIP, closes=closes)[rank]
+            assert same_bits(got, from_numpy(want, dtype, xs[rank])), (dtype, call)
+    comm.close()
+
+
+def test_the_default_configuration_and_its_closing_call_equal_the_reference():
+    run_ranks(_default_config, backend=BACKEND)
 
 
 def test_default_dispatch_and_deferred_update():

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Build the English corpus of issue 11 from two Debian packages, train a BPE tokenizer on its
-training split and save both splits as uint16 token ids.
+"""Build the English corpus (docs/quality.md) from two Debian packages, train a BPE tokenizer on
+its training split and save both splits as uint16 token ids.
 
     python3 scripts/data/build_corpus.py            # everything lands in .data/ (git-ignored)
 
@@ -10,7 +10,7 @@ Sources (fetched with `apt-get download`, unpacked with `dpkg -x`, nothing insta
 Split: a document goes to validation when the first 4 bytes of sha256(source + name) read as an
 integer are below 3 % of 2^32: fixed, independent of file order and of the package's other files.
 Output (.data/corpus/): train.u16.npy, val.u16.npy (documents joined by <|endoftext|>),
-val.txt (the validation documents as text, for the pretrained model of issue 12),
+val.txt (the validation documents as text, for the pretrained model's evaluation),
 tokenizer.json, meta.json (package versions, sizes, sha256 of every output).
 """
 import argparse

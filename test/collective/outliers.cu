@@ -8,9 +8,9 @@
 
 using namespace echo_test;
 using rot4 = echo::quant::rotated<echo::quant::zero_aware<4, 128>>;
-using rotclip4 = echo::quant::rotated<echo::quant::clipped<echo::quant::zero_aware<4, 128>, 952>>;
+using rotclip4 = echo::default_quantizer;  // rotated, clipped to 870 / 1024
 using step8 = echo::comp::error_feedback<echo::comp::step8_state>;
-using int8s = echo::comp::error_feedback<echo::comp::int8_state>;
+using int8s = echo::default_compensator;
 using bf16s = echo::comp::error_feedback<echo::bfloat16_t>;
 
 namespace {
@@ -51,10 +51,27 @@ void every_type() {
 }  // namespace
 
 TEST_CASE("rotated 4-bit + step8 state, closed at 8 bits: device == reference") { every_type<rot4, step8>(); }
-TEST_CASE("rotated, clipped 4-bit + int8 state, closed at 8 bits: device == reference") { every_type<rotclip4, int8s>(); }
+TEST_CASE("the default (rotated, clipped 4-bit + int8 state), closed at 8 bits: device == reference") { every_type<rotclip4, int8s>(); }
 TEST_CASE("rotated, clipped 4-bit + bf16 state: device == reference") { every_type<rotclip4, bf16s>(); }
-TEST_CASE("rotated 4-bit without compensation: close() is the plain call") {
+TEST_CASE("rotated 4-bit without compensation: close_chain() is the plain call") {
   reference_check<rot4, echo::comp::none, echo::bfloat16_t> rc(70001);
   for (int k = 0; k < 3; ++k) rc.step(70001);
   rc.close_step(70001);
+}
+
+TEST_CASE("close_chain() while a deferred update is pending is refused, and the chain is left as it was") {
+  reference_check<rot4, step8, echo::bfloat16_t> rc(50000);
+  rc.step(50000);
+  const auto x = rc.upload_random(50000);
+  rc.pool().run([&](int r) {
+    REQUIRE(rc.ar(r)(rc.in(r).ptr, rc.out(r).ptr, 50000, rc.stream(r), rc.chain(r), echo::state_update::deferred) ==
+            echo::status::success);
+  });
+  rc.pool().run([&](int r) {
+    CHECK(rc.ar(r).close_chain(rc.in(r).ptr, rc.out(r).ptr, 50000, rc.stream(r), rc.chain(r)) == echo::status::invalid_argument);
+    CHECK(rc.ar(r).update(rc.in(r).ptr, 50000, rc.stream(r), *rc.chain(r)) == echo::status::success);
+  });
+  rc.finish(x, 50000);
+  rc.close_step(50000);
+  rc.step(50000);
 }

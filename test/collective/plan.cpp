@@ -120,7 +120,7 @@ TEST_CASE("make_plan: small messages spread one sub-tile a flag; large ones amor
   in.subs0 = 4 * in.resident * 100;
   CHECK(make_plan(in).U == 16);
   CHECK(make_plan(in).warps == in.resident);
-  // The eleventh session's case: 8-bit at 1 GiB, P = 2, under the heavy wide policy (132 SMs x 3
+  // A measured case: 8-bit at 1 GiB, P = 2, under the heavy wide policy (132 SMs x 3
   // blocks of 8 warps, 16 sub-tiles of 528 B a flag, 64 MiB a peer). 3 x 3168 tiles of 16
   // sub-tiles do not fit the ring, so the plan covers 13 and keeps every warp (it used to keep 2640).
   in.resident = 3168;

@@ -125,7 +125,7 @@ class soak_of : public soak_object {
       st[k] = (*ars_[k])(type, in, out, n, streams_[k][s], ch, mode);
     });
     // Every rank's call queued before any rank's update (ranks sharing a GPU in one process may
-    // share a hardware work queue: docs/scale-out.md).
+    // share a hardware work queue: docs/transports.md).
     if constexpr (ECHO_SOAK_KEEPS(C))
       if (deferred)
         pool_.run([&](int k) {

@@ -338,7 +338,7 @@ class reference_check {
     });
     // Every rank's call is queued before any rank's update: ranks that one process drives on one
     // GPU may share a hardware work queue, where an update queued ahead of a peer's call would
-    // wait behind its own call, which waits for the peer's (docs/scale-out.md).
+    // wait behind its own call, which waits for the peer's (docs/transports.md).
     if constexpr (C::keeps_state)
       if (mode == echo::state_update::deferred)
         pool_.run([&](int r) {
@@ -350,11 +350,11 @@ class reference_check {
     }
   }
 
-  /// One closing call (all_reduce::close) on fresh random inputs, checked against the reference's.
+  /// One closing call (all_reduce::close_chain) on fresh random inputs, checked against the reference's.
   void close_step(size_t n) {
     const auto host_in = upload_random(n);
     std::vector<echo::status> st(static_cast<size_t>(P_));
-    pool_.run([&](int r) { st[r] = ar(r).close(in_[r].ptr, out_[r].ptr, n, stream(r), chain(r)); });
+    pool_.run([&](int r) { st[r] = ar(r).close_chain(in_[r].ptr, out_[r].ptr, n, stream(r), chain(r)); });
     for (int r = 0; r < P_; ++r) REQUIRE_MESSAGE(st[r] == echo::status::success, echo::to_string(st[r]), " (", ar(r).last_error(), ")");
     finish(host_in, n, false, true);
   }
@@ -379,7 +379,7 @@ class reference_check {
       ro.push_back(want[r].data());
     }
     if constexpr (C::keeps_state) {
-      if (closes) ref_.close(ri, ro, n, &ref_chain_);  // (every call quantizes here: forced())
+      if (closes) ref_.close_chain(ri, ro, n, &ref_chain_);  // (every call quantizes here: forced())
       else ref_(ri, ro, n, &ref_chain_);
     } else {
       ref_(ri, ro, n);

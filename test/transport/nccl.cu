@@ -23,8 +23,8 @@ TEST_CASE("nccl transport, NCCL forced onto sockets over loopback") {
 
 TEST_CASE("a communicator without an ncclComm_t cannot build the nccl transport") {
   // Every rank constructs, as the constructor is collective: one rank alone would wait 120 s in
-  // the configuration check's all-gather and throw for that reason instead (as this case did
-  // until the thirteenth session, passing after 120 s for the wrong reason).
+  // the configuration check's all-gather and throw for that reason instead (as this case
+  // once did, passing after 120 s for the wrong reason).
   auto& comms = echo_test::local_comms();  // made without NCCL
   std::vector<std::string> why(comms.size());
   echo::for_each_rank(comms, [&](const echo::communicator& c) {

@@ -15,8 +15,11 @@ from allreduce_backends import SimChain, parse, sim_all_reduce  # noqa: E402
 def test_parse():
     assert parse("nccl") == ("nccl", {})
     assert parse("echo:za4g128+ef:below=0:storage=float") == (
-        "echo", {"quant": "zero_aware", "bits": 4, "group_size": 128, "comp": "error_feedback",
-                 "unquantized_below_bytes": 0, "storage": "float"})
+        "echo", {"quant": "zero_aware", "bits": 4, "group_size": 128, "rotate": False, "clip": 1.0,
+                 "comp": "error_feedback", "unquantized_below_bytes": 0, "storage": "float"})
+    assert parse("echo:za4g128+rot+clip85+ef+close")[1] == {
+        "quant": "zero_aware", "bits": 4, "group_size": 128, "rotate": True, "clip": 0.85, "comp": "error_feedback",
+        "close": True}
     assert parse("reference:sym4g128")[1]["comp"] == "none"
     with pytest.raises(ValueError):
         parse("echo:za4x128")

@@ -1,6 +1,6 @@
-"""The example programs that GPU sessions run (train_tp, e2e_tp, beside_gemm) end to end in their
+"""The example programs that the GPU checks run (train_tp, e2e_tp, beside_gemm) end to end in their
 CPU modes (2 gloo ranks, tiny shapes, the `sim` backend for Echo): they start, run every stage and
-write their JSON, so a device call is not spent finding a broken script. Needs torch; the
+write their JSON, so a GPU run is not spent finding a broken script. Needs torch; the
 training check needs the corpus (.data/corpus, scripts/data/build_corpus.py) and skips without it."""
 import json
 import os

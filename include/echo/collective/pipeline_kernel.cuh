@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   // memory), which with the partition's quotients took the lean mid kernel's spills away and the
   // 16 MiB calls 2-3 % faster on one GPU; 64-bit in the overlapped one, where 32-bit ones made
   // ptxas spill the lean wide kernel (20 / 24 B) and 4-bit at 1 GiB 1.5 % slower
-  // (docs/benchmarks.md, fourteenth session).
+  // (docs/benchmarks.md).
   using tile_index = std::conditional_t<(Cfg::policy::stage_lag > 0), size_t, uint32_t>;
   const tile_index warp = static_cast<tile_index>(blockIdx.x) * Cfg::warps + threadIdx.x / 32;
   const tile_index W = static_cast<tile_index>(gridDim.x) * Cfg::warps;

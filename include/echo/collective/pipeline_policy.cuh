@@ -14,11 +14,11 @@ namespace echo::collective {
 ///             with error-feedback state: more operands in registers; it wants more warps;
 ///   lean      4 bits or fewer without state: gains more from 32 values a lane at fewer warps;
 ///   plain     the 16-bit pipeline without state: bound by the link, little arithmetic; from
-///             64 MiB fewer warps win (docs/benchmarks.md, seventh session);
+///             64 MiB fewer warps win (docs/tuning.md);
 ///   stateful  4 bits or fewer with error-feedback state: the codec of a lean call, the operands
 ///             of a heavy one. Its own weight because its best tiers differ from both: on
 ///             2 x H200 the mid policy beats the wide one up to 1 GiB, where for 8-bit the wide
-///             one wins from 256 MiB (docs/benchmarks.md, twelfth session).
+///             one wins from 256 MiB (docs/tuning.md).
 enum class call_weight { lean, heavy, plain, stateful };
 
 /// Policies chosen by the call (Plain defaults to Lean, Stateful to Heavy): a pipeline_policy's
@@ -93,7 +93,7 @@ struct pipeline_policy {
   /// weight K (mid_policy_t): this policy itself when Mid is void, else Mid, or the one a
   /// wide_by_call names for K. A mid policy names no wide or mid policy of its own. Its reason:
   /// from a few tens of MiB the phase schedule gains from 32 values a lane and larger flags, which
-  /// cost the smallest pipelined messages (docs/benchmarks.md, eleventh session).
+  /// cost the smallest pipelined messages (docs/tuning.md).
   template <call_weight K>
   using mid_for = typename detail::wide_of<Mid, pipeline_policy>::template select<K>;
 
@@ -137,23 +137,23 @@ template <class Policy, class Q, class Comp>
 using mid_policy_t = typename Policy::template mid_for<detail::weight_of<Q, Comp>()>;
 
 /// 256 threads, 2 blocks a SM, the phase schedule; from the dispatch table's mid size on (quantized
-/// calls), the phase schedule at 32 values a lane (eleventh session):
+/// calls), the phase schedule at 32 values a lane (measurements: docs/tuning.md):
 ///   lean   16384 values a flag (4-bit: 64 MiB 105 -> 85 us, 128 MiB 188 -> 155 us);
 ///   heavy  8192 values a flag, for stateful calls too (4-bit + EF: 64 MiB 118 -> 94 us; 8-bit,
 ///          whose codec takes 16 values a lane, unchanged);
-/// from its wide size on, the stages overlapped (sixth and seventh sessions):
+/// from its wide size on, the stages overlapped:
 ///   lean   2 blocks a SM, 32 values a lane, 16384 values a flag (4-bit 1 GiB: 2.93x -> 3.07x),
-///          asking L2 for its input one sub-tile ahead (4-bit 1 GiB: 1062 -> 1035 us on 2 x H200,
-///          sixteenth session; it had gained nothing before the clamp-free codec). ptxas spills
-///          one 8-byte value (8 / 24 B), outside the per-value work; the stores keep their widths;
+///          asking L2 for its input one sub-tile ahead (4-bit 1 GiB: 1062 -> 1035 us on 2 x H200;
+///          it had gained nothing before the clamp-free codec). ptxas spills one 8-byte value
+///          (8 / 24 B), outside the per-value work; the stores keep their widths;
 ///   heavy  3 blocks a SM, 8192 values a flag, asking L2 for its input one sub-tile ahead (2-3 %
 ///          from 256 MiB; the 16-bit pipeline 1 % slower). Its 80
 ///          registers spill 20 / 36 B (8-bit); 2 blocks of 320 (96 registers) do not, and were 4-7 %
-///          slower from 256 MiB (one GPU, fifteenth session): warps in flight beat the spills.
+///          slower from 256 MiB (one GPU): warps in flight beat the spills.
 ///          Stateful calls take it too, where the dispatch table sends them wide (on 2 x H200:
 ///          never). Under the lean one their kernel does not spill and ran 6-8 % faster from
-///          512 MiB, then 2.2x slower once the codec gained its clamp-free path (one GPU, fifteenth
-///          session: ptxas then split its output's 16-byte stores into 4-byte ones);
+///          512 MiB, then 2.2x slower once the codec gained its clamp-free path (one GPU:
+///          ptxas then split its output's 16-byte stores into 4-byte ones);
 ///   plain  1 block a SM of 8 warps, 8192 values a flag (16-bit 256 MiB: 0.96x -> 1.08x NCCL).
 using default_policy = pipeline_policy<256, 2, 4096, 16, 0,
                                        wide_by_call<pipeline_policy<256, 2, 16384, 32, 1, void, 1>,

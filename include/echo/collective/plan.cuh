@@ -49,7 +49,7 @@ inline plan make_plan(const plan_inputs& in) {
   if (overlap) {
     // Where the ring holds (2 L + 1) tiles for the whole resident grid only with smaller tiles,
     // cover fewer sub-tiles a flag rather than leave warps out (8-bit at 1 GiB, heavy policy:
-    // 1.79x -> 1.86x NCCL; docs/benchmarks.md, eleventh session).
+    // 1.79x -> 1.86x NCCL; docs/tuning.md).
     const size_t fits = in.ring_bytes / (per_warp * in.resident * in.sub_bytes);
     const bool reused = ceil_div(in.subs0, U) > in.ring_bytes / (U * in.sub_bytes);
     if (reused && fits >= 1 && fits < U) U = std::max(fits, u_min);

@@ -76,9 +76,9 @@ struct tile_codec;
 
 /// Group quantizers. V values a lane: LaneValues (16 or 32; at most 16 above 4 bits, so that a
 /// lane's codes are at most 16 bytes: 8-bit at 32 values a lane under the lean wide policy ran
-/// 1.51x NCCL at 1 GiB against 1.79x at 16 under the heavy one, docs/benchmarks.md, ninth
-/// session; at most 16 for 4-byte elements, whose 32 a lane spill at 128 registers: 60-312 bytes,
-/// eleventh session), raised to the fewest values whose codes fill whole 32-bit words (32 for 3 bits);
+/// 1.51x NCCL at 1 GiB against 1.79x at 16 under the heavy one; at most 16 for 4-byte elements,
+/// whose 32 a lane spill at 128 registers: 60-312 bytes; docs/tuning.md), raised to the fewest
+/// values whose codes fill whole 32-bit words (32 for 3 bits);
 /// LANES = g / V consecutive lanes share a group.
 template <class Q, class T, int LaneValues>
 struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {

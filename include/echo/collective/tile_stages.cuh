@@ -94,8 +94,8 @@ struct tile_stages {
   /// Whether entry widens bf16 from 32-bit words (echo::detail::widen_pairs): for quantized
   /// calls under policies of 128 registers a thread or more (at most 512 threads a SM), not under
   /// the heavy one's 80, where ptxas then spilled 56 / 80 B instead of 28 / 52 and 8-bit ran 3.7 %
-  /// slower at 1 GiB, while 4-bit under the lean one ran 2.3 % faster (one GPU, seventeenth
-  /// session). The 16-bit pipeline (quant::none) keeps its code: not measured.
+  /// slower at 1 GiB, while 4-bit under the lean one ran 2.3 % faster (one GPU,
+  /// docs/tuning.md). The 16-bit pipeline (quant::none) keeps its code: not measured.
   static constexpr bool widen_words =
       Cfg::quant::quantizes && Cfg::policy::threads * Cfg::policy::blocks_per_sm <= 512;
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "../detail/fp_ops.cuh"
+#include "../quant/clipped.cuh"
 #include "compensator.cuh"
 #include "state_storage.cuh"
 
@@ -17,8 +18,8 @@ namespace echo::comp {
 ///                            the output type).
 /// Storage: step8_state (the default): the error as 8-bit codes in units of the step of the data
 /// group that made it, 1 + 1/16 bytes a value; on H200 as fast as bf16 at 1 GiB and 1-4 % faster
-/// from 16 to 256 MiB, in half the memory, and as flat along depth (docs/benchmarks.md, ninth
-/// session; docs/depth-experiment.md). step4_state: half the bytes, but it loses 1/8 of each
+/// from 16 to 256 MiB, in half the memory, and as flat along depth (docs/tuning.md,
+/// docs/quality.md). step4_state: half the bytes, but it loses 1/8 of each
 /// error per call. (Both fit a step of their own where a call has no data step on a grid that
 /// holds zero: quant::none, naive_zero_point.) bfloat16_t / half_t: the error rounded (2 bytes);
 /// float: kept exactly (4).
@@ -42,5 +43,14 @@ struct error_feedback {
   /// would poison that group on every later call of the chain, where NCCL's sum forgets it.
   ECHO_HD static float keep(float e) { return echo::detail::is_finite(e) ? e : 0.0f; }
 };
+
+/// Whether Comp keeps every error quantizer Q makes. step8_state / step4_state code an error in
+/// units of the data step and hold +-0.99 / +-0.875 steps: a clipped quantizer's clamped values
+/// err by more (quant::clipped), so a clip needs int8_state, int4_state or an element storage.
+template <class Comp, class Q>
+struct holds_errors_of : std::true_type {};
+template <class Storage, class Q>
+struct holds_errors_of<error_feedback<Storage>, Q>
+    : std::bool_constant<!state_storage<Storage>::data_step || quant::clip_of<Q>::ratio_1024 == 1024> {};
 
 }  // namespace echo::comp

@@ -27,7 +27,7 @@ struct int_state {
 using int8_state = int_state<8>;
 using int4_state = int_state<4>;
 
-/// The error in units of the step of the data group that made it (issue 10's compact state):
+/// The error in units of the step of the data group that made it (the compact state):
 /// code = clamp(rint(e / step * 2^(Bits-1))) on a symmetric Bits-bit grid, plus that group's fp16
 /// step once per 32 values: 1 + 1/16 (or 1/2 + 1/16) bytes a value like int_state, but no fit and
 /// no shuffles, since the step and its reciprocal are already in registers. A quantized call's
@@ -38,7 +38,7 @@ using int4_state = int_state<4>;
 /// step8 only the bf16-rounded top values of off-centre 8-bit groups (0.2 % of the owner's
 /// errors there) and groups whose fp16 scale saturated. What is not fed forward is the codes'
 /// rounding, 1 / 2^(Bits-1) of one call's error (rms): 0.8 % for 8 bits, 12.5 % for 4;
-/// docs/depth-experiment.md measures what that does along depth. A call that does not quantize
+/// docs/quality.md measures what that does along depth. A call that does not quantize
 /// (quant::none through the pipeline) has no data step: it fits one to its own errors per 32 and
 /// stores it the same way, with the fp16 step capped at 65504 (errors beyond about 6.5e4 clamp,
 /// where int_state holds about 8e6). A quantizer whose grid does not hold zero

@@ -49,7 +49,7 @@ bool waits_for_prior_grid() {
 /// dependents as its last block exits, so a persistent grid never shares the GPU with the next
 /// one before it has finished its work (the ranks of one GPU rely on it: their grids must all be
 /// resident at once). Releasing at once with one rank a GPU was measured slower, 0.5 us a call
-/// at 4-16 MiB and up to 2 % from 256 MiB (docs/benchmarks.md, tenth session).
+/// at 4-16 MiB and up to 2 % from 256 MiB (docs/tuning.md).
 template <class... Params, class... Args>
 cudaError_t launch_dependent(void (*kernel)(Params...), int grid, int threads, cudaStream_t stream, bool programmatic,
                              Args&&... args) {

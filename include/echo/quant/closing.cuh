@@ -1,4 +1,4 @@
-// closing_of<Q>: the quantizer of a call that closes its chain (echo::all_reduce::close): Q's own
+// closing_of<Q>: the quantizer of a call that closes its chain (echo::all_reduce::close_chain): Q's own
 // `closing` where it names one (the group quantizers: the same family and group at 8 bits, the
 // same transform, no clip), else Q itself (quant::none: its calls are exact already).
 #pragma once

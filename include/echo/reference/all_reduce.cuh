@@ -12,6 +12,7 @@
 // decoded values back; the error it keeps for its own segment is S - D(Q(S)), in that domain.
 #pragma once
 
+#include "../comp/error_feedback.cuh"
 #include "../comp/none.cuh"
 #include "../detail/fp_ops.cuh"
 #include "../detail/partition.cuh"
@@ -55,6 +56,9 @@ std::vector<float> round_trip(const float* v, size_t len, quant::group_params* b
 
 template <class Quant, class Comp = comp::none>
 class all_reduce {
+  static_assert(comp::holds_errors_of<Comp, Quant>::value,
+                "echo::reference::all_reduce: a clipped quantizer's errors exceed what step8_state / step4_state hold (+-0.99 / "
+                "+-0.875 data steps); keep them as comp::int8_state, int4_state or an element type");
  public:
   using quantizer = Quant;
   using compensator = Comp;
@@ -74,11 +78,11 @@ class all_reduce {
     run<Quant>(in, out, n, ch, quantizations, false);
   }
 
-  /// The call that closes the chain (echo::all_reduce::close): the algorithm through
+  /// The call that closes the chain (echo::all_reduce::close_chain): the algorithm through
   /// quant::closing_of_t<Quant> on x plus the chain's stored errors; it keeps no error and leaves
   /// the chain fresh. (The device takes its exact path below the dispatch size instead.)
   template <class T>
-  void close(const std::vector<const T*>& in, const std::vector<T*>& out, size_t n, chain* ch = nullptr,
+  void close_chain(const std::vector<const T*>& in, const std::vector<T*>& out, size_t n, chain* ch = nullptr,
              std::vector<uint8_t>* quantizations = nullptr) const {
     run<quant::closing_of_t<Quant>>(in, out, n, ch, quantizations, Comp::keeps_state);
   }

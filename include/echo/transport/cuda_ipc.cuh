@@ -458,7 +458,7 @@ struct cuda_ipc {
     /// second launch of one rank's call queued there ahead of a co-located peer's first launch
     /// waits behind its own first launch, which spins until the peer's arrives, which waits behind
     /// it: a deadlock until the spin limit. So for them every call is planned as one launch (the
-    /// rings hold a whole call; docs/scale-out.md). Ranks in separate processes time-slice instead.
+    /// rings hold a whole call; docs/transports.md). Ranks in separate processes time-slice instead.
     int ranks_per_context(echo::detail::collective_setup& setup) {
       struct entry {
         uint64_t host;

@@ -49,7 +49,14 @@ using compensators = type_list<echo::comp::none, echo::comp::error_feedback<echo
                                echo::comp::error_feedback<echo::comp::int8_state>,
                                echo::comp::error_feedback<echo::bfloat16_t>, echo::comp::error_feedback<float>>;
 
-/// Table keys: quant::none has no bits or group (0, 0).
+/// The compensators of the torch table's outlier entries (common/quantizers.hpp): each is a full set
+/// of device pipelines, and fp32 state adds nothing there that bf16 does not show.
+using compensators_lean = type_list<echo::comp::none, echo::comp::error_feedback<echo::comp::step8_state>,
+                                    echo::comp::error_feedback<echo::comp::int8_state>,
+                                    echo::comp::error_feedback<echo::bfloat16_t>>;
+
+/// Table keys: quant::none has no bits or group (0, 0); a group transform and a clip (in 1024ths of
+/// the range, 1024: none) name the rest.
 template <class Q>
 constexpr int bits_of() {
   return std::is_same<Q, echo::quant::none>::value ? 0 : Q::bits;
@@ -57,6 +64,14 @@ constexpr int bits_of() {
 template <class Q>
 constexpr int group_of() {
   return std::is_same<Q, echo::quant::none>::value ? 0 : Q::group;
+}
+template <class Q>
+constexpr bool rotate_of() {
+  return echo::quant::transform_of_t<Q>::active;
+}
+template <class Q>
+constexpr int clip_of() {
+  return echo::quant::clip_of<Q>::ratio_1024;
 }
 
 }  // namespace echo_py

@@ -24,20 +24,22 @@ const std::vector<entry>& table() {
     add_symmetric(v);
     add_naive_zero_point(v);
     add_none(v);
+    add_outlier(v);
     return v;
   }();
   return t;
 }
 
-const entry& find(const std::string& quant, int bits, int group, const std::string& comp, const std::string& storage) {
+const entry& find(const std::string& quant, int bits, int group, bool rotate, int clip, const std::string& comp,
+                  const std::string& storage) {
   const bool none_q = quant == "none", none_c = comp == "none";
   for (const entry& e : table())
-    if (quant == e.quant && (none_q || (bits == e.bits && group == e.group)) && comp == e.comp &&
-        (none_c || storage == e.storage))
+    if (quant == e.quant && (none_q || (bits == e.bits && group == e.group && rotate == e.rotate && clip == e.clip)) &&
+        comp == e.comp && (none_c || storage == e.storage))
       return e;
   std::ostringstream msg;
   msg << "echo_allreduce.reference: no compiled instantiation quant='" << quant << "'";
-  if (!none_q) msg << " bits=" << bits << " group_size=" << group;
+  if (!none_q) msg << " bits=" << bits << " group_size=" << group << " rotate=" << rotate << " clip=" << clip << "/1024";
   msg << " comp='" << comp << "'";
   if (!none_c) msg << " storage='" << storage << "'";
   msg << "; compiled: see echo_allreduce.reference.instantiations()";
@@ -92,10 +94,10 @@ using in_array = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 using out_array = nb::ndarray<nb::c_contig, nb::device::cpu>;
 
 void all_reduce(const std::vector<in_array>& in, const std::vector<out_array>& out, const std::string& dtype,
-                const std::string& quant, int bits, int group, const std::string& comp, const std::string& storage,
-                chain_base* chain) {
+                const std::string& quant, int bits, int group, bool rotate, int clip, const std::string& comp,
+                const std::string& storage, chain_base* chain, bool closes) {
   const echo::dtype t = parse_dtype(dtype);
-  const entry& e = find(quant, bits, group, comp, storage);
+  const entry& e = find(quant, bits, group, rotate, clip, comp, storage);
   if (in.empty()) throw std::invalid_argument("echo_allreduce.reference: no inputs (one array per rank)");
   if (in.size() != out.size())
     throw std::invalid_argument("echo_allreduce.reference: " + std::to_string(in.size()) + " inputs but " +
@@ -116,7 +118,7 @@ void all_reduce(const std::vector<in_array>& in, const std::vector<out_array>& o
     throw std::invalid_argument("echo_allreduce.reference: the ChainState has " + std::to_string(chain->ranks()) +
                                 " ranks, the call " + std::to_string(in.size()));
   nb::gil_scoped_release release;
-  e.run(t, ip, op, n, chain);
+  e.run(t, ip, op, n, chain, closes);
 }
 
 }  // namespace
@@ -153,11 +155,11 @@ NB_MODULE(_reference, m) {
           },
           "rank"_a, "The stored errors of `rank`, widened to float32 (capacity values).");
 
-  m.def("all_reduce", &all_reduce, "inputs"_a, "out"_a, "dtype"_a, "quant"_a, "bits"_a, "group_size"_a, "comp"_a,
-        "storage"_a, "chain"_a = nb::none());
+  m.def("all_reduce", &all_reduce, "inputs"_a, "out"_a, "dtype"_a, "quant"_a, "bits"_a, "group_size"_a, "rotate"_a,
+        "clip"_a, "comp"_a, "storage"_a, "chain"_a = nb::none(), "closes"_a = false);
   m.def("instantiations", [] {
-    std::vector<std::tuple<std::string, int, int, std::string, std::string>> v;
-    for (const entry& e : table()) v.emplace_back(e.quant, e.bits, e.group, e.comp, e.storage);
+    std::vector<std::tuple<std::string, int, int, bool, int, std::string, std::string>> v;
+    for (const entry& e : table()) v.emplace_back(e.quant, e.bits, e.group, e.rotate, e.clip, e.comp, e.storage);
     return v;
   });
 }

@@ -37,37 +37,57 @@ class chain_impl final : public chain_base {
   echo::reference::chain_state<C> state;
 };
 
+/// closes: the call that closes its chain (echo::reference::all_reduce::close_chain).
 using run_fn = void (*)(echo::dtype, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n,
-                        chain_base* chain);
+                        chain_base* chain, bool closes);
 
 struct entry {
   const char* quant;
   int bits;   ///< 0 for quant none
   int group;  ///< 0 for quant none
+  bool rotate;  ///< quant::rotated
+  int clip;     ///< quant::clipped's ratio in 1024ths (1024: none)
   const char* comp;
   const char* storage;  ///< "" for comp none
   run_fn run;
 };
 
 template <class Q, class C>
-void run(echo::dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n, chain_base* chain) {
+void run(echo::dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n, chain_base* chain,
+         bool closes) {
   const echo::reference::all_reduce<Q, C> ar(static_cast<int>(in.size()));
+  const auto call = [&](auto tag, auto* ch) {
+    using T = decltype(tag);
+    std::vector<const T*> i(in.size());
+    std::vector<T*> o(out.size());
+    for (size_t r = 0; r < in.size(); ++r) i[r] = static_cast<const T*>(in[r]), o[r] = static_cast<T*>(out[r]);
+    if (closes) ar.close_chain(i, o, n, ch);
+    else ar(i, o, n, ch);
+  };
   if constexpr (C::keeps_state) {
     auto* c = dynamic_cast<chain_impl<C>*>(chain);
     if (!c)
       throw std::invalid_argument(std::string("echo_allreduce.reference: error_feedback with storage '") +
                                   comp_names<C>::storage + "' needs a ChainState of that storage" +
                                   (chain ? std::string(", got one of '") + chain->storage() + "'" : std::string()));
-    ar(t, in, out, n, &c->state);
+    echo::dispatch_dtype(t, [&](auto tag) { call(tag, &c->state); });
   } else {
     if (chain) throw std::invalid_argument("echo_allreduce.reference: comp 'none' keeps no state; pass no chain");
-    ar(t, in, out, n);
+    echo::dispatch_dtype(t, [&](auto tag) { call(tag, static_cast<typename echo::reference::all_reduce<Q, C>::chain*>(nullptr)); });
   }
+}
+
+/// Q with compensator C, where C keeps Q's errors (comp::holds_errors_of: no clip on a step state).
+template <class Q, class C>
+void add_one(std::vector<entry>& table) {
+  if constexpr (echo::comp::holds_errors_of<C, Q>::value)
+    table.push_back({Q::name, bits_of<Q>(), group_of<Q>(), rotate_of<Q>(), clip_of<Q>(), comp_names<C>::comp,
+                     comp_names<C>::storage, &run<Q, C>});
 }
 
 template <class Q, class... C>
 void add(std::vector<entry>& table, type_list<C...>) {
-  (table.push_back({Q::name, bits_of<Q>(), group_of<Q>(), comp_names<C>::comp, comp_names<C>::storage, &run<Q, C>}), ...);
+  (add_one<Q, C>(table), ...);
 }
 
 /// Adds every quantizer of a family (common/quantizers.hpp) with every compensator.
@@ -80,5 +100,6 @@ void add_zero_aware(std::vector<entry>& table);
 void add_symmetric(std::vector<entry>& table);
 void add_naive_zero_point(std::vector<entry>& table);
 void add_none(std::vector<entry>& table);
+void add_outlier(std::vector<entry>& table);
 
 }  // namespace echo_py::ref

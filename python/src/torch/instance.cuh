@@ -68,7 +68,8 @@ class instance_impl final : public instance {
   }
 
   echo::status all_reduce(echo::dtype t, const void* in, void* out, size_t n, void* stream, void* state,
-                          size_t state_bytes, bool deferred) override {
+                          size_t state_bytes, bool deferred, bool closes) override {
+    if (closes) return ar_->close_chain(t, in, out, n, static_cast<cudaStream_t>(stream), view(state, state_bytes));
     const auto mode = deferred ? echo::state_update::deferred : echo::state_update::fused;
     return (*ar_)(t, in, out, n, static_cast<cudaStream_t>(stream), view(state, state_bytes), mode);
   }
@@ -100,20 +101,26 @@ std::unique_ptr<instance> make(const bootstrap& b, const options& o) {
   return std::make_unique<instance_impl<Q, Transport, C>>(b, o);
 }
 
+/// Q with compensator C, where C keeps Q's errors (comp::holds_errors_of: no clip on a step state).
+template <class Transport, class Q, class C>
+void add_one(std::vector<entry>& table) {
+  if constexpr (echo::comp::holds_errors_of<C, Q>::value)
+    table.push_back({Q::name, bits_of<Q>(), group_of<Q>(), rotate_of<Q>(), clip_of<Q>(), comp_names<C>::comp,
+                     comp_names<C>::storage, Transport::name, &make<Q, Transport, C>});
+}
+
 template <class Transport, class Q, class... C>
 void add(std::vector<entry>& table, type_list<C...>) {
-  (table.push_back({Q::name, bits_of<Q>(), group_of<Q>(), comp_names<C>::comp, comp_names<C>::storage, Transport::name,
-                    &make<Q, Transport, C>}),
-   ...);
+  (add_one<Transport, Q, C>(table), ...);
 }
 
 /// Adds quantizer I of a family (common/quantizers.hpp) with every compensator over Transport:
 /// the content of one generated translation unit (torch_ops.cmake), whose idea of the family's
 /// length Size is checked here.
-template <class Transport, class Family, size_t I, size_t Size>
+template <class Transport, class Family, size_t I, size_t Size, class Comps = compensators>
 void add_quantizer(std::vector<entry>& table) {
   static_assert(Family::size == Size, "the family's length in python/src/torch/torch_ops.cmake is stale");
-  add<Transport, typename Family::template at<I>>(table, compensators{});
+  add<Transport, typename Family::template at<I>>(table, Comps{});
 }
 
 }  // namespace echo_py::torch_ops

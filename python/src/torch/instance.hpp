@@ -32,8 +32,9 @@ class instance {
  public:
   virtual ~instance() = default;
   /// echo::all_reduce::operator(); state/state_bytes: the caller's chain memory (null/0: none).
+  /// closes: all_reduce::close (the chain's last call).
   virtual echo::status all_reduce(echo::dtype, const void* in, void* out, size_t n, void* stream, void* state,
-                                  size_t state_bytes, bool deferred) = 0;
+                                  size_t state_bytes, bool deferred, bool closes) = 0;
   /// The deferred half.
   virtual echo::status update(echo::dtype, const void* in, size_t n, void* stream, void* state, size_t state_bytes) = 0;
   virtual echo::status check() = 0;
@@ -49,6 +50,8 @@ struct entry {
   const char* quant;
   int bits;   ///< 0 for quant none
   int group;  ///< 0 for quant none
+  bool rotate;  ///< quant::rotated
+  int clip;     ///< quant::clipped's ratio in 1024ths (1024: none)
   const char* comp;
   const char* storage;  ///< "" for comp none
   const char* transport;
@@ -58,7 +61,7 @@ struct entry {
 /// Every compiled instantiation (table.cpp).
 const std::vector<entry>& table();
 /// The entry for these names; throws std::invalid_argument naming what exists.
-const entry& find(const std::string& quant, int bits, int group, const std::string& comp, const std::string& storage,
-                  const std::string& transport);
+const entry& find(const std::string& quant, int bits, int group, bool rotate, int clip, const std::string& comp,
+                  const std::string& storage, const std::string& transport);
 
 }  // namespace echo_py::torch_ops

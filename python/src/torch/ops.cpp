@@ -2,8 +2,9 @@
 //
 //   echo::create(ProcessGroup group, bool bootstrap_on_cuda, int device, int max_elements, str quant,
 //                int bits, int group_size, str comp, str storage, str transport,
-//                int unquantized_below_bytes, float spin_limit_s) -> int           (collective)
-//   echo::all_reduce(int handle, Tensor input, Tensor(a!) out, Tensor(b!)? state, bool deferred) -> ()
+//                int unquantized_below_bytes, float spin_limit_s, bool rotate, int clip) -> int  (collective)
+//   echo::all_reduce(int handle, Tensor input, Tensor(a!) out, Tensor(b!)? state, bool deferred,
+//                    bool closes) -> ()                       (closes: the chain's last call, at 8 bits)
 //   echo::update(int handle, Tensor input, Tensor(a!) state) -> ()                 (the deferred half)
 //   echo::check(int handle) -> ()          raises if a launch saw a peer timeout / mismatch
 //   echo::destroy(int handle) -> ()
@@ -107,7 +108,7 @@ void raise_unless_success(echo::status st, const char* op, const instance& impl)
 int64_t create(const c10::intrusive_ptr<c10d::ProcessGroup>& group, bool bootstrap_on_cuda, int64_t device,
                int64_t max_elements, const std::string& quant, int64_t bits, int64_t group_size,
                const std::string& comp, const std::string& storage, const std::string& transport,
-               int64_t unquantized_below_bytes, double spin_limit_s) {
+               int64_t unquantized_below_bytes, double spin_limit_s, bool rotate, int64_t clip) {
   const char* op = "echo.create";
   TORCH_CHECK_VALUE(max_elements > 0, op, ": max_elements must be > 0");
   TORCH_CHECK_VALUE(spin_limit_s > 0, op, ": spin_limit_s must be > 0");
@@ -115,7 +116,8 @@ int64_t create(const c10::intrusive_ptr<c10d::ProcessGroup>& group, bool bootstr
                     device);
   const entry* e = nullptr;
   try {
-    e = &find(quant, static_cast<int>(bits), static_cast<int>(group_size), comp, storage, transport);
+    e = &find(quant, static_cast<int>(bits), static_cast<int>(group_size), rotate, static_cast<int>(clip), comp, storage,
+              transport);
   } catch (const std::invalid_argument& err) {
     TORCH_CHECK_VALUE(false, err.what());
   }
@@ -157,7 +159,7 @@ int64_t create(const c10::intrusive_ptr<c10d::ProcessGroup>& group, bool bootstr
 }
 
 void all_reduce(int64_t handle, const at::Tensor& input, const at::Tensor& out, const std::optional<at::Tensor>& state,
-                bool deferred) {
+                bool deferred, bool closes) {
   const char* op = "echo.all_reduce";
   const slot s = get(handle, op);
   const echo::dtype t = echo_dtype(input, op);
@@ -170,12 +172,13 @@ void all_reduce(int64_t handle, const at::Tensor& input, const at::Tensor& out, 
   TORCH_CHECK_VALUE(n <= s.max_elements, op, ": ", n, " elements exceed max_elements = ", s.max_elements);
   TORCH_CHECK_VALUE(!deferred || input.data_ptr() != out.data_ptr(), op,
                     ": a deferred call cannot be in place (update re-reads the input)");
+  TORCH_CHECK_VALUE(!(deferred && closes), op, ": a closing call keeps no error: it cannot be deferred");
   const auto st = state_of(state, n, op, s);
   if (n == 0) return;
   c10::cuda::CUDAGuard guard(input.device());
   cudaStream_t stream = at::cuda::getCurrentCUDAStream(input.get_device()).stream();
-  raise_unless_success(s.impl->all_reduce(t, input.data_ptr(), out.data_ptr(), n, stream, st.first, st.second, deferred),
-                       op, *s.impl);
+  raise_unless_success(
+      s.impl->all_reduce(t, input.data_ptr(), out.data_ptr(), n, stream, st.first, st.second, deferred, closes), op, *s.impl);
 }
 
 void update(int64_t handle, const at::Tensor& input, const at::Tensor& state) {
@@ -221,16 +224,18 @@ int64_t unquantized_below_bytes(int64_t handle) {
   return static_cast<int64_t>(get(handle, "echo.unquantized_below_bytes").impl->unquantized_below_bytes());
 }
 
-/// "quant bits group_size comp storage transport" per entry (quant none: bits and group 0).
+/// "quant bits group_size rotate clip comp storage transport" per entry (quant none: bits and group
+/// 0; rotate 0 or 1; clip in 1024ths, 1024: none).
 std::vector<std::string> instantiations() {
   std::vector<std::string> v;
   for (const entry& e : table())
-    v.push_back(std::string(e.quant) + " " + std::to_string(e.bits) + " " + std::to_string(e.group) + " " + e.comp + " " +
+    v.push_back(std::string(e.quant) + " " + std::to_string(e.bits) + " " + std::to_string(e.group) + " " +
+                std::to_string(e.rotate ? 1 : 0) + " " + std::to_string(e.clip) + " " + e.comp + " " +
                 (*e.storage ? e.storage : "-") + " " + e.transport);
   return v;
 }
 
-void cpu_not_supported(int64_t, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, bool) {
+void cpu_not_supported(int64_t, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, bool, bool) {
   TORCH_CHECK_VALUE(false, "echo.all_reduce: tensors must be on cuda:<this rank's device>, got CPU tensors "
                            "(on CPU use EchoAllReduce(backend='reference'))");
 }
@@ -246,9 +251,10 @@ TORCH_LIBRARY(echo, m) {
   m.def(
       "create(__torch__.torch.classes.c10d.ProcessGroup group, bool bootstrap_on_cuda, int device, int max_elements, "
       "str quant, int bits, int group_size, str comp, str storage, str transport, int unquantized_below_bytes, "
-      "float spin_limit_s) -> int",
+      "float spin_limit_s, bool rotate=False, int clip=1024) -> int",
       &create);
-  m.def("all_reduce(int handle, Tensor input, Tensor(a!) out, Tensor(b!)? state=None, bool deferred=False) -> ()");
+  m.def("all_reduce(int handle, Tensor input, Tensor(a!) out, Tensor(b!)? state=None, bool deferred=False, "
+        "bool closes=False) -> ()");
   m.def("update(int handle, Tensor input, Tensor(a!) state) -> ()");
   m.def("check(int handle) -> ()", &check);
   m.def("destroy(int handle) -> ()", &destroy);

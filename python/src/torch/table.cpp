@@ -21,16 +21,16 @@ const std::vector<entry>& table() {
   return t;
 }
 
-const entry& find(const std::string& quant, int bits, int group, const std::string& comp, const std::string& storage,
-                  const std::string& transport) {
+const entry& find(const std::string& quant, int bits, int group, bool rotate, int clip, const std::string& comp,
+                  const std::string& storage, const std::string& transport) {
   const bool none_q = quant == "none", none_c = comp == "none";
   for (const entry& e : table())
-    if (quant == e.quant && (none_q || (bits == e.bits && group == e.group)) && comp == e.comp &&
-        (none_c || storage == e.storage) && transport == e.transport)
+    if (quant == e.quant && (none_q || (bits == e.bits && group == e.group && rotate == e.rotate && clip == e.clip)) &&
+        comp == e.comp && (none_c || storage == e.storage) && transport == e.transport)
       return e;
   std::ostringstream msg;
   msg << "echo: no compiled instantiation quant='" << quant << "'";
-  if (!none_q) msg << " bits=" << bits << " group_size=" << group;
+  if (!none_q) msg << " bits=" << bits << " group_size=" << group << " rotate=" << rotate << " clip=" << clip << "/1024";
   msg << " comp='" << comp << "'";
   if (!none_c) msg << " storage='" << storage << "'";
   msg << " transport='" << transport << "'; compiled: torch.ops.echo.instantiations()";

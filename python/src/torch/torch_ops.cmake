@@ -40,6 +40,7 @@ set(echo_py_families
   "symmetric_family 1 cuda_ipc"
   "naive_zero_point_family 1 cuda_ipc"
   "none_family 1 cuda_ipc"
+  "outlier_torch 7 cuda_ipc compensators_lean"
   "nccl_quantizers 3 nccl")
 set(gen ${CMAKE_CURRENT_BINARY_DIR}/torch_ops)
 set(echo_py_units "")
@@ -50,6 +51,11 @@ foreach(family IN LISTS echo_py_families)
   list(GET family 0 name)
   list(GET family 1 length)
   list(GET family 2 transport)
+  set(comps compensators)
+  list(LENGTH family fields)
+  if(fields GREATER 3)
+    list(GET family 3 comps)
+  endif()
   math(EXPR last "${length} - 1")
   foreach(i RANGE ${last})
     file(CONFIGURE OUTPUT ${gen}/${name}_${i}.cu @ONLY CONTENT
@@ -57,7 +63,7 @@ foreach(family IN LISTS echo_py_families)
 #include \"instance.cuh\"
 namespace echo_py::torch_ops {
 void add_${name}_${i}(std::vector<entry>& table) {
-  add_quantizer<echo::transport::${transport}, ${name}, ${i}, ${length}>(table);
+  add_quantizer<echo::transport::${transport}, ${name}, ${i}, ${length}, ${comps}>(table);
 }
 }  // namespace echo_py::torch_ops
 ")
