@@ -430,6 +430,8 @@ def _outlier_path(rank, world):
     from echo_allreduce import EchoAllReduce
 
     n = 4099
+    with pytest.raises(ValueError, match="a clip's errors exceed"):  # comp::holds_errors_of
+        EchoAllReduce(None, n, rotate=True, clip=0.93, storage="step8", backend="reference")
     for dtype in (torch.bfloat16, torch.float32):
         comm = EchoAllReduce(None, n, rotate=True, clip=0.93, storage="int8", backend="reference")
         chain = comm.new_chain()
