@@ -4,7 +4,8 @@
 // the workspace and launches the kernels. Setup throws echo::error; calls return echo::status.
 //
 // Rules for callers (README.md, "Use"):
-//  - in, out and a chain's state are device memory of the rank's GPU, 16-byte aligned; in == out
+//  - in and out are device memory of the rank's GPU or pinned host memory, a chain's state device
+//    memory, all 16-byte aligned; in == out
 //    is allowed, other overlaps are not.
 //  - every rank makes the same sequence of calls with the same n and element type; a rank that
 //    disagrees makes the call fail on every rank with status::mismatch (cuda_ipc) or, where NCCL
