@@ -87,20 +87,30 @@ class all_reduce {
     run<quant::closing_of_t<Quant>>(in, out, n, ch, quantizations, Comp::keeps_state);
   }
 
-  /// Runtime-dtype form for callers that hold a dtype value; throws on an unsupported one.
+  /// Runtime-dtype forms for callers that hold a dtype value; throw on an unsupported one.
   void operator()(dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n,
                   chain* ch = nullptr, std::vector<uint8_t>* quantizations = nullptr) const {
+    typed(t, in, out, [&](const auto& i, const auto& o) { (*this)(i, o, n, ch, quantizations); });
+  }
+  void close_chain(dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n,
+                   chain* ch = nullptr, std::vector<uint8_t>* quantizations = nullptr) const {
+    typed(t, in, out, [&](const auto& i, const auto& o) { close_chain(i, o, n, ch, quantizations); });
+  }
+
+ private:
+  /// f(in, out) with the buffers cast to the element type t names.
+  template <class F>
+  static void typed(dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, F&& f) {
     dispatch_dtype(t, [&](auto tag) {
       using T = decltype(tag);
       std::vector<const T*> i(in.size());
       std::vector<T*> o(out.size());
       for (size_t r = 0; r < in.size(); ++r) i[r] = static_cast<const T*>(in[r]);
       for (size_t r = 0; r < out.size(); ++r) o[r] = static_cast<T*>(out[r]);
-      (*this)(i, o, n, ch, quantizations);
+      f(i, o);
     });
   }
 
- private:
   template <class Q, class T>
   void run(const std::vector<const T*>& in, const std::vector<T*>& out, size_t n, chain* ch,
            std::vector<uint8_t>* quantizations, bool closes) const {

@@ -56,13 +56,9 @@ template <class Q, class C>
 void run(echo::dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n, chain_base* chain,
          bool closes) {
   const echo::reference::all_reduce<Q, C> ar(static_cast<int>(in.size()));
-  const auto call = [&](auto tag, auto* ch) {
-    using T = decltype(tag);
-    std::vector<const T*> i(in.size());
-    std::vector<T*> o(out.size());
-    for (size_t r = 0; r < in.size(); ++r) i[r] = static_cast<const T*>(in[r]), o[r] = static_cast<T*>(out[r]);
-    if (closes) ar.close_chain(i, o, n, ch);
-    else ar(i, o, n, ch);
+  const auto call = [&](typename echo::reference::all_reduce<Q, C>::chain* ch) {
+    if (closes) ar.close_chain(t, in, out, n, ch);
+    else ar(t, in, out, n, ch);
   };
   if constexpr (C::keeps_state) {
     auto* c = dynamic_cast<chain_impl<C>*>(chain);
@@ -70,10 +66,10 @@ void run(echo::dtype t, const std::vector<const void*>& in, const std::vector<vo
       throw std::invalid_argument(std::string("echo_allreduce.reference: error_feedback with storage '") +
                                   comp_names<C>::storage + "' needs a ChainState of that storage" +
                                   (chain ? std::string(", got one of '") + chain->storage() + "'" : std::string()));
-    echo::dispatch_dtype(t, [&](auto tag) { call(tag, &c->state); });
+    call(&c->state);
   } else {
     if (chain) throw std::invalid_argument("echo_allreduce.reference: comp 'none' keeps no state; pass no chain");
-    echo::dispatch_dtype(t, [&](auto tag) { call(tag, static_cast<typename echo::reference::all_reduce<Q, C>::chain*>(nullptr)); });
+    call(nullptr);
   }
 }
 
