@@ -10,11 +10,13 @@ A backend is named by a spec string, so that a flag switches it:
     sim[:QUANT]               the same, through sim_all_reduce below (a torch model of the
                               algorithm with fp32 error state, on the device of the tensors)
 
-QUANT is <za|nz|sym|none><bits>g<group>[+rot][+clipNN][+ef][+close], e.g. za4g128+rot+clip93+ef+close
-(zero_aware, 4 bits, groups of 128, Hadamard-rotated groups, each group's range clipped to 0.93,
-error_feedback, the chain's last call closing it at 8 bits); options after colons: storage=step8|int8|float|bf16,
-transport=cuda_ipc|nccl, below=<unquantized_below_bytes>. `echo` alone takes the package's
-defaults.
+QUANT is <za|nz|sym|none><bits>g<group>[+rot][+clipNN|+fit][+ef][+close[16]], e.g.
+za4g128+rot+clip85+ef+close (zero_aware, 4 bits, groups of 128, Hadamard-rotated groups, each
+group's range clipped to 0.85, error_feedback, the chain's last call closing it at 8 bits);
+options after colons: storage=step8|int8|float|bf16, transport=cuda_ipc|nccl,
+below=<unquantized_below_bytes>. `echo` alone takes the package's defaults. Two forms exist in
+`sim` only, to measure what the library does not build: `+fit` (each group's clip searched among
+FIT_RATIOS for the least squared error) and `+close16` (the closing call at 16 bits).
 
 Chains: `new_chain()` gives one chain (one residual stream: a forward pass, or a backward pass);
 `reset(chain)` starts it again at the next pass. An all-zero chain is a fresh one.
@@ -37,19 +39,19 @@ def parse(spec):
         raise ValueError(f"unknown all-reduce backend {backend!r} in {spec!r}")
     opts = {}
     if q:
-        m = re.fullmatch(r"(za|nz|sym|none)(\d+)?(?:g(\d+))?(\+rot)?(?:\+clip(\d+))?(\+ef)?(\+close)?", q)
+        m = re.fullmatch(r"(za|nz|sym|none)(\d+)?(?:g(\d+))?(\+rot)?(?:\+clip(\d+)|(\+fit))?(\+ef)?(\+close(?:16)?)?", q)
         if not m:
-            raise ValueError(f"bad quantizer {q!r} in {spec!r}: expected e.g. za4g128+rot+clip93+ef+close")
+            raise ValueError(f"bad quantizer {q!r} in {spec!r}: expected e.g. za4g128+rot+clip85+ef+close")
         opts["quant"] = QUANTS[m.group(1)]
         if m.group(2):
             opts["bits"] = int(m.group(2))
         if m.group(3):
             opts["group_size"] = int(m.group(3))
         opts["rotate"] = bool(m.group(4))  # a spec names its quantizer whole: plain unless it says
-        opts["clip"] = int(m.group(5)) / 100 if m.group(5) else 1.0
-        opts["comp"] = "error_feedback" if m.group(6) else "none"
-        if m.group(7):
-            opts["close"] = True
+        opts["clip"] = "fit" if m.group(6) else int(m.group(5)) / 100 if m.group(5) else 1.0
+        opts["comp"] = "error_feedback" if m.group(7) else "none"
+        if m.group(8):
+            opts["close"] = 16 if m.group(8) == "+close16" else True
     for kv in rest:
         k, _, v = kv.partition("=")
         key = {"below": "unquantized_below_bytes"}.get(k, k)
@@ -70,8 +72,8 @@ class AllReduce:
         self.fallbacks = 0  # echo calls that should_use() sent to NCCL
         self.comp = self.opts.get("comp", "error_feedback" if self.backend == "echo" else "none")
         self.closes = self.opts.pop("close", False)  # whether the pass's last call closes its chain
-        if self.backend == "sim" and (self.opts.get("rotate") or self.opts.get("clip", 1.0) != 1.0):
-            raise ValueError(f"{spec!r}: the sim backend has no rotation or clip (use reference or echo)")
+        if self.backend != "sim" and (self.opts.get("clip") == "fit" or self.closes == 16):
+            raise ValueError(f"{spec!r}: +fit and +close16 exist in the sim backend only")
         if self.backend == "echo":
             import echo_allreduce as ear
             if device is not None and torch.device(device).type == "cuda":  # the op, over any group (gloo too)
@@ -144,7 +146,9 @@ class AllReduce:
             o = torch.from_numpy(o.view(np.int16)).view(torch.bfloat16) if dtype == "bf16" else torch.from_numpy(o)
             x.copy_(o.view(x.shape))
             return x
-        outs = sim_all_reduce(parts, self.quant, self.bits, self.group_size, chain, dtype)  # where x is
+        outs = sim_all_reduce(parts, self.quant, self.bits, self.group_size, chain, dtype,  # where x is
+                              rotate=self.opts.get("rotate", False), clip=self.opts.get("clip", 1.0),
+                              close=(self.closes if closes else None))
         x.copy_(outs[self.rank].view(x.shape))  # exact: the outputs are values of x's type
         return x
 
@@ -202,16 +206,35 @@ def _code(a, inv, z, maxc):
     return q.clamp(0, maxc).float()
 
 
-def _round_trip(v, quant, bits, g, dtype):
-    """D(Q(v)) for a message whose groups start at index 0 (segments are whole groups)."""
+FIT_RATIOS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65)  # +fit's candidates, searched per group
+
+
+def _round_trip(v, quant, bits, g, dtype, clip=1.0):
+    """D(Q(v)) for a message whose groups start at index 0 (segments are whole groups). clip: the
+    ratio each group's range shrinks to before the fit (quant::clipped: a float of 1024ths), or
+    "fit": per group the ratio of FIT_RATIOS whose round trip errs least (ties to the larger)."""
     if quant == "none":
         return _round_to(v, dtype)
+    if clip == "fit":
+        n = v.numel()
+        pad = (-n) % g
+        trips = torch.stack([_round_trip(v, quant, bits, g, dtype, r) for r in FIT_RATIOS])
+        sse = torch.nn.functional.pad((trips - v).double().square(), (0, pad)).view(len(FIT_RATIOS), -1, g).sum(2)
+        best = sse.nan_to_num(nan=float("inf")).argmin(0)  # the first (largest ratio) of equals
+        return trips.gather(0, best.repeat_interleave(g)[:n].unsqueeze(0)).squeeze(0)
     n = v.numel()
     x = torch.cat([v, v[-1:].expand((-n) % g)]).view(-1, g)  # the tail group padded with its last value
     maxc = float(2 ** bits - 1)
     lo, hi = x.amin(1, keepdim=True), x.amax(1, keepdim=True)
     finite = torch.isfinite(x).all(1, keepdim=True)
     zero = torch.zeros((), device=v.device)
+    if clip != 1.0:  # quant::clipped::shrink, in fp32 as it rounds
+        r = torch.tensor(round(clip * 1024) / 1024, dtype=torch.float32, device=v.device)
+        if quant == "naive_zero_point":
+            mid, half = lo * 0.5 + hi * 0.5, (hi * 0.5 - lo * 0.5) * r
+            lo, hi = mid - half, mid + half
+        else:
+            lo, hi = lo * r, hi * r
 
     def scale_inv(span, div):
         s = torch.where(span > 0, _half_round(span / div, True), zero)
@@ -235,29 +258,80 @@ def _round_trip(v, quant, bits, g, dtype):
     return torch.where(finite, r, torch.nan).view(-1)[:n]
 
 
-def sim_all_reduce(tensors, quant, bits, g, chain, dtype):
+def _hadamard_signs(g, device):
+    """quant::hadamard<g>'s sign vector: True where s_i = -1."""
+    log2 = g.bit_length() - 1
+    half = (log2 - 4) // 2
+    i = torch.arange(g, device=device)
+    low = (i & (i >> 2)) & 3
+    neg = (low == 1) | (low == 2)
+    h = i >> 4
+    for j in range(half):
+        neg ^= ((h >> j) & (h >> (j + half)) & 1) == 1
+    return neg
+
+
+def _butterflies(x, g):
+    """quant::hadamard::butterflies on each row of x (rows of g), stage h = 1, 2, 4, ..."""
+    h = 1
+    while h < g:
+        y = x.view(-1, g // (2 * h), 2, h)
+        a, c = y[:, :, 0], y[:, :, 1]
+        x = torch.stack((a + c, a - c), dim=2).view(-1, g)
+        h *= 2
+    return x
+
+
+def _rotate(v, g, inverse=False):
+    """quant::hadamard over every whole group of v (a short last group is left as it is):
+    forward H (s * x); inverse s * H (y / g), the reference's operations in its order."""
+    n = v.numel()
+    whole = n - n % g
+    if whole == 0:
+        return v
+    neg = _hadamard_signs(g, v.device)
+    x = v[:whole].view(-1, g)
+    if inverse:
+        x = _butterflies(x * (1.0 / g), g)
+        x = torch.where(neg, -x, x)
+    else:
+        x = _butterflies(torch.where(neg, -x, x), g)
+    return torch.cat([x.reshape(-1), v[whole:]])
+
+
+def sim_all_reduce(tensors, quant, bits, g, chain, dtype, rotate=False, clip=1.0, close=None):
     """Echo's all-reduce over len(tensors) simulated ranks: fp32 tensors holding values of
-    `dtype` in, the (identical) fp32 outputs of every rank out."""
+    `dtype` in, the (identical) fp32 outputs of every rank out. rotate: Hadamard-rotated groups
+    (the chain's errors kept in the rotated domain); clip: as _round_trip; close: None, or the
+    call that closes its chain at 8 bits (True: the same family and transform, no clip) or 16
+    (the rotated values rounded to `dtype`, as the 16-bit path sends them); none kept after it."""
     P, n = len(tensors), tensors[0].numel()
     dev = tensors[0].device
-    granule = 256 if quant == "none" else g
+    if close:
+        quant, bits, clip = ("none", 0, 1.0) if close == 16 else (quant, 8, 1.0)
+    granule = 256 if quant == "none" and not rotate else g
+    rot = (lambda v: _rotate(v, g)) if rotate else (lambda v: v)
     G = -(-n // granule)
     owner = torch.empty(n, dtype=torch.int64, device=dev)
     for j in range(P):  # segment j: whole granules, the first G % P segments one more
         b = min((j * (G // P) + min(j, G % P)) * granule, n)
         e = min(((j + 1) * (G // P) + min(j + 1, G % P)) * granule, n)
         owner[b:e] = j
-    xp = [t.float().reshape(-1) for t in tensors]
+    xp = [rot(t.float().reshape(-1)) for t in tensors]
     if chain is not None:
         if chain.err is None or chain.err[0].numel() != n:
             chain.err = [torch.zeros(n, device=dev) for _ in range(P)]
         xp = [x + e for x, e in zip(xp, chain.err)]
-    recv = [_round_trip(x, quant, bits, g, dtype) for x in xp]
+    recv = [_round_trip(x, quant, bits, g, dtype, clip) for x in xp]
     S = torch.where(owner == 0, xp[0], recv[0])
     for i in range(1, P):
         S = S + torch.where(owner == i, xp[i], recv[i])
-    out = _round_to(_round_trip(S, quant, bits, g, dtype), dtype)
+    dq = _round_trip(S, quant, bits, g, dtype, clip)
+    out = _round_to(_rotate(dq, g, inverse=True) if rotate else dq, dtype)
     if chain is not None:
-        err = [torch.where(owner == i, S - out, xp[i] - recv[i]) for i in range(P)]
-        chain.err = [torch.where(torch.isfinite(e), e, 0.0) for e in err]
+        if close:
+            chain.reset()
+        else:
+            err = [torch.where(owner == i, S - (dq if rotate else out), xp[i] - recv[i]) for i in range(P)]
+            chain.err = [torch.where(torch.isfinite(e), e, 0.0) for e in err]
     return [out] * P
