@@ -152,6 +152,11 @@ int main(int argc, char** argv) {
   profile<quant::zero_aware<4, 128>, comp::error_feedback<>>("int4_ef", n, reps);
   profile<quant::zero_aware<4, 128>, comp::error_feedback<comp::int8_state>>("int4_ef8", n, reps);
   profile<quant::zero_aware<4, 128>, comp::error_feedback<bfloat16_t>>("int4_ef16", n, reps);
+  // the outlier path: the Hadamard transform, then the clip too (the default quantizer)
+  profile<quant::rotated<quant::zero_aware<4, 128>>, comp::none>("int4_rot", n, reps);
+  profile<quant::rotated<quant::zero_aware<4, 128>>, comp::error_feedback<>>("int4_rot_ef", n, reps);
+  profile<default_quantizer, comp::none>("int4_rot_clip", n, reps);
+  profile<default_quantizer, default_compensator>("int4_rot_clip_ef8", n, reps);
   profile<quant::zero_aware<8, 128>, comp::none>("int8", n, reps);
   profile<quant::zero_aware<8, 128>, comp::error_feedback<>>("int8_ef", n, reps);
   profile<quant::none, comp::none>("none16", n, reps);

@@ -72,7 +72,9 @@ const char* const usage_text =
     "  -n ITERS       timed calls per size (default 20)\n"
     "  -w ITERS       warm-up calls per size (default 5)\n"
     "  -d TYPE        bf16 | fp16 | fp32 (also bfloat16, half, float; default bf16)\n"
-    "  -q QUANT       zero_aware | symmetric | naive_zero_point | none (default zero_aware)\n"
+    "  -q QUANT       zero_aware | symmetric | naive_zero_point | none (default zero_aware);\n"
+    "                 rotated (Hadamard-rotated zero_aware) | default (echo::default_quantizer,\n"
+    "                 int8 error state): cuda_ipc and bf16 only\n"
     "  -B BITS        4 | 8 (default 4)      -G GROUP   128 (default 128)\n"
     "  -c COMP        none | error_feedback (the default state, step8; default none)\n"
     "  -t TRANSPORT   cuda_ipc | nccl (default cuda_ipc)\n"
@@ -93,11 +95,16 @@ using factory = std::unique_ptr<runner> (*)(bench_context&, const config&, const
 /// The compiled instantiations of c's quantizer; throws usage_error if the table lacks them.
 factory factory_of(const config& c) {
   if (c.quant == "none") return make_none;
+  if ((c.quant == "rotated" || c.quant == "default") &&
+      (c.transport != transport_kind::cuda_ipc || c.type != echo::dtype::bf16))
+    throw usage_error("-q " + c.quant + " is compiled for -t cuda_ipc -d bf16 only");
   if (c.group == 128) {
     if (c.quant == "zero_aware" && c.bits == 4) return make_zero_aware_4;
     if (c.quant == "zero_aware" && c.bits == 8) return make_zero_aware_8;
     if (c.quant == "symmetric" && c.bits == 4) return make_symmetric_4;
     if (c.quant == "naive_zero_point" && c.bits == 4) return make_naive_zero_point_4;
+    if (c.quant == "rotated" && c.bits == 4) return make_rotated_4;
+    if (c.quant == "default" && c.bits == 4) return make_default_4;
   }
   throw usage_error("-q " + c.quant + " -B " + std::to_string(c.bits) + " -G " + std::to_string(c.group) +
                     " is not compiled into echo-perf; it has " + compiled_configs());
@@ -142,8 +149,10 @@ options parse(int argc, char** argv) {
           else throw usage_error("-d: unknown type '" + v + "' (bf16, fp16, fp32)");
           break;
         case 'q':
-          if (v != "zero_aware" && v != "symmetric" && v != "naive_zero_point" && v != "none")
-            throw usage_error("-q: unknown quantizer '" + v + "' (zero_aware, symmetric, naive_zero_point, none)");
+          if (v != "zero_aware" && v != "symmetric" && v != "naive_zero_point" && v != "none" && v != "rotated" &&
+              v != "default")
+            throw usage_error("-q: unknown quantizer '" + v +
+                              "' (zero_aware, symmetric, naive_zero_point, none, rotated, default)");
           o.cfg.quant = v;
           break;
         case 'c':

@@ -18,6 +18,7 @@ def config_of(name):
     # error_feedback's state: step8 (the default) "_ef", bf16 "_ef16", int8 codes "_ef8"
     ef = ("_ef16" if "error_feedback<bfloat16_t" in name else "_ef8" if "int_state<8" in name
           else "_ef" if "error_feedback" in name else "")
+    q += ("_rot" if "rotated<" in name else "") + ("_clip" if "clipped<" in name else "")
     stage = next((s for s in ("push", "reduce", "gather") if s + "_kernel" in name), "?")
     return q + ef, stage
 
@@ -34,7 +35,8 @@ def main():
         except ValueError:
             continue
         by[config_of(r["Kernel Name"])][r["Metric Name"]].append(v)
-    order = ["int4", "int4_ef", "int4_ef16", "int4_ef8", "int8", "int8_ef", "none16"]
+    order = ["int4", "int4_ef", "int4_ef16", "int4_ef8", "int4_rot", "int4_rot_ef", "int4_rot_clip", "int4_rot_clip_ef8",
+             "int8", "int8_ef", "none16"]
     print("| config | kernel | thread instr / value | warp instr / value | registers | local ld / st instr | "
           "time (us) | HBM read + write (B / value) | HBM % of peak | SM % of peak |")
     print("|---|---|---|---|---|---|---|---|---|---|")

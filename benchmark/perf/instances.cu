@@ -24,8 +24,24 @@ std::unique_ptr<runner> make_for(bench_context& ctx, const config& c, const echo
   });
 }
 
+/// The outlier-robust quantizers: cuda_ipc and bf16 only (the cost of the transform and the clip,
+/// against zero_aware<4, 128> on the same path), with the compensator Ef for -c error_feedback;
+/// factory_of refuses other transports and types.
+template <class Q, class Ef>
+std::unique_ptr<runner> make_lean(bench_context& ctx, const config& c, const echo_runner_options& o) {
+  using ipc = echo::transport::cuda_ipc;
+  if (c.comp == comp_kind::error_feedback) return std::make_unique<echo_bench::echo_runner<Q, Ef, echo::bfloat16_t, ipc>>(ctx, o);
+  return std::make_unique<echo_bench::echo_runner<Q, echo::comp::none, echo::bfloat16_t, ipc>>(ctx, o);
+}
+
 }  // namespace
 
+std::unique_ptr<runner> make_rotated_4(bench_context& ctx, const config& c, const echo_runner_options& o) {
+  return make_lean<echo::quant::rotated<echo::quant::zero_aware<4, 128>>, echo::comp::error_feedback<>>(ctx, c, o);
+}
+std::unique_ptr<runner> make_default_4(bench_context& ctx, const config& c, const echo_runner_options& o) {
+  return make_lean<echo::default_quantizer, echo::default_compensator>(ctx, c, o);
+}
 std::unique_ptr<runner> make_zero_aware_4(bench_context& ctx, const config& c, const echo_runner_options& o) {
   return make_for<echo::quant::zero_aware<4, 128>>(ctx, c, o);
 }

@@ -2,6 +2,8 @@
 // compiled echo_runner instantiations. Deliberately small (each entry compiles Echo's kernels
 // for 3 element types x 2 transports x 2 compensators): zero_aware 4 and 8 bits, symmetric 4,
 // naive_zero_point 4 (groups of 128), and quant::none; comp::none and error_feedback<> (step8).
+// Two more for the outlier path's cost, on cuda_ipc and bf16 only: rotated (quant::rotated of
+// zero_aware<4, 128>, step8 state) and default (echo::default_quantizer, int8 state).
 #pragma once
 
 #include "../harness/context.cuh"
@@ -23,7 +25,7 @@ enum class comp_kind { none, error_feedback };
 enum class transport_kind { cuda_ipc, nccl };
 
 struct config {
-  std::string quant = "zero_aware";  ///< zero_aware, symmetric, naive_zero_point or none
+  std::string quant = "zero_aware";  ///< zero_aware, symmetric, naive_zero_point, none, rotated or default
   int bits = 4;
   int group = 128;
   comp_kind comp = comp_kind::none;
@@ -33,7 +35,8 @@ struct config {
 
 /// What the table holds, for messages.
 inline const char* compiled_configs() {
-  return "zero_aware 4 or 8 bits, symmetric 4 bits, naive_zero_point 4 bits (all groups of 128), none";
+  return "zero_aware 4 or 8 bits, symmetric 4 bits, naive_zero_point 4 bits (all groups of 128), none; "
+         "rotated and default (4 bits, groups of 128, cuda_ipc and bf16 only)";
 }
 
 /// The compensator x transport x element type instantiations of one quantizer (instances.cu).
@@ -42,5 +45,7 @@ std::unique_ptr<runner> make_zero_aware_8(bench_context&, const config&, const e
 std::unique_ptr<runner> make_symmetric_4(bench_context&, const config&, const echo_runner_options&);
 std::unique_ptr<runner> make_naive_zero_point_4(bench_context&, const config&, const echo_runner_options&);
 std::unique_ptr<runner> make_none(bench_context&, const config&, const echo_runner_options&);
+std::unique_ptr<runner> make_rotated_4(bench_context&, const config&, const echo_runner_options&);
+std::unique_ptr<runner> make_default_4(bench_context&, const config&, const echo_runner_options&);
 
 }  // namespace echo_perf
