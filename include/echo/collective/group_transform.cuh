@@ -18,8 +18,8 @@ template <class Q, int V, class Transform = quant::transform_of_t<Q>, class = vo
 struct group_transform {
   static constexpr bool active = false;
   __device__ __forceinline__ static bool whole(int, int) { return false; }
-  __device__ __forceinline__ static void forward(float (&)[V], int) {}
-  __device__ __forceinline__ static void inverse_scaled(float (&)[V], int) {}
+  __device__ __forceinline__ static void forward(float (&)[V], int, bool) {}
+  __device__ __forceinline__ static void inverse_scaled(float (&)[V], int, bool) {}
 };
 
 template <class Q, int V, class Transform>
@@ -39,15 +39,22 @@ struct group_transform<Q, V, Transform, std::enable_if_t<Transform::active>> {
     return (full & mask) == mask;
   }
 
-  /// y = H (s x) of this lane's share (every lane of the warp calls it).
-  __device__ __forceinline__ static void forward(float (&x)[V], int lane) {
-    signs(x, lane);
-    butterflies(x, lane);
+  /// y = H (s x) of this lane's share where the lane's group is whole (whole(): the same for
+  /// every lane of a group), x unchanged elsewhere. Every lane of the warp calls it: the shuffles
+  /// run on all lanes, so a warp whose groups differ in wholeness (a message's tail) stays
+  /// converged.
+  __device__ __forceinline__ static void forward(float (&x)[V], int lane, bool whole) {
+    if (whole) {
+      signs(x, lane);
+      lane_stages(x);
+    }
+    cross_stages(x, lane, whole);
   }
-  /// x = s (H y) of this lane's share of y / G (every lane of the warp calls it).
-  __device__ __forceinline__ static void inverse_scaled(float (&y)[V], int lane) {
-    butterflies(y, lane);
-    signs(y, lane);
+  /// x = s (H y) of this lane's share of y / G, under the same rules.
+  __device__ __forceinline__ static void inverse_scaled(float (&y)[V], int lane, bool whole) {
+    if (whole) lane_stages(y);
+    cross_stages(y, lane, whole);
+    if (whole) signs(y, lane);
   }
 
  private:
@@ -63,24 +70,35 @@ struct group_transform<Q, V, Transform, std::enable_if_t<Transform::active>> {
       x[v] = __uint_as_float(__float_as_uint(x[v]) ^ high[v / 16] ^ (H::negative_low(v % 16) ? 0x80000000u : 0u));
   }
 
-  __device__ __forceinline__ static void butterflies(float (&x)[V], int lane) {
+  /// The stages as template recursion, not a loop over h <<= 1: nvcc does not unroll a loop
+  /// whose step doubles, and the indices it left to run time put the lane's values on the stack
+  /// (192 bytes a thread and 40 local loads a lane's values in the push kernel: 4x its time).
+  template <int Hs = 1>
+  __device__ __forceinline__ static void lane_stages(float (&x)[V]) {
+    if constexpr (Hs < V) {
 #pragma unroll
-    for (int h = 1; h < V; h <<= 1)
+      for (int i = 0; i < V; i += 2 * Hs)
 #pragma unroll
-      for (int i = 0; i < V; i += 2 * h)
-#pragma unroll
-        for (int k = i; k < i + h; ++k) {
-          const float a = x[k], c = x[k + h];
+        for (int k = i; k < i + Hs; ++k) {
+          const float a = x[k], c = x[k + Hs];
           x[k] = echo::detail::add_rn(a, c);
-          x[k + h] = echo::detail::sub_rn(a, c);
+          x[k + Hs] = echo::detail::sub_rn(a, c);
         }
-    // Across lanes: the lane whose bit is clear holds a, its partner c; a + c and a - c are each
-    // one fma of the own value with +1 or -1 and the partner's (exact products, one rounding).
+      lane_stages<2 * Hs>(x);
+    }
+  }
+  /// Across lanes: the lane whose bit is clear holds a, its partner c; a + c and a - c are each
+  /// one fma of the own value with +1 or -1 and the partner's (exact products, one rounding).
+  template <int O = 1>
+  __device__ __forceinline__ static void cross_stages(float (&x)[V], int lane, bool whole) {
+    if constexpr (O < LANES) {
+      const float s = (lane & O) ? -1.0f : 1.0f;
 #pragma unroll
-    for (int o = 1; o < LANES; o <<= 1) {
-      const float s = (lane & o) ? -1.0f : 1.0f;
-#pragma unroll
-      for (int v = 0; v < V; ++v) x[v] = echo::detail::fma_rn(x[v], s, __shfl_xor_sync(0xffffffffu, x[v], o));
+      for (int v = 0; v < V; ++v) {
+        const float partner = __shfl_xor_sync(0xffffffffu, x[v], O);
+        if (whole) x[v] = echo::detail::fma_rn(x[v], s, partner);
+      }
+      cross_stages<2 * O>(x, lane, whole);
     }
   }
 };

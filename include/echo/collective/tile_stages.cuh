@@ -105,9 +105,7 @@ struct tile_stages {
       echo::detail::widen_pairs(o.x, x);
     else
       echo::detail::widen(o.x, x);
-    if constexpr (rotates) {
-      if (whole) transform::forward(x, lane);
-    }
+    if constexpr (rotates) transform::forward(x, lane, whole);
     if constexpr (keeps) {
       if (st.active) storage::template add<V>(o.c, x);
     }
@@ -211,8 +209,8 @@ struct tile_stages {
       if (whole) {
 #pragma unroll
         for (int v = 0; v < V; ++v) y[v] = echo::detail::mul_rn(y[v], transform::H::inv_size);
-        transform::inverse_scaled(y, lane);
       }
+      transform::inverse_scaled(y, lane, whole);
       echo::detail::store_floats<T, V>(out + first, valid, y);
       if constexpr (keeps) {
         if (st.keep_own) {
@@ -241,7 +239,7 @@ struct tile_stages {
     if constexpr (rotates) {
       const bool whole = transform::whole(valid, lane);
       codec::load(packet, lane, v, whole ? transform::H::inv_size : 1.0f);
-      if (whole) transform::inverse_scaled(v, lane);
+      transform::inverse_scaled(v, lane, whole);
     } else {
       codec::load(packet, lane, v);
     }
