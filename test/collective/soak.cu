@@ -294,6 +294,8 @@ TEST_CASE("soak: cuda_ipc") {
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::step8_state>, T>("za4g128 ef(step8) 192K mid>=64K wide>=2M", M, options(0, 192 << 10, 2 << 20, 64 << 10)));
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::none, T>("za4g128 none mid>=16K", M, options(0, 0, -1, 16 << 10)));
   o.emplace_back(new soak_of<quant::symmetric<8, 32>, comp::error_feedback<comp::step4_state>, T>("sym8g32 ef(step4) 256K wide", M, options(0, 256 << 10, 0)));
+  o.emplace_back(new soak_of<default_quantizer, default_compensator, T>("default (rot, clip, int8) dispatch", M, options(-1)));
+  o.emplace_back(new soak_of<quant::rotated<quant::zero_aware<4, 64>>, comp::error_feedback<comp::step8_state>, T>("rot za4g64 ef(step8) mid>=16K", M, options(0, 0, -1, 16 << 10)));
 #endif
   soak(o, "cuda_ipc");
 }
@@ -310,6 +312,7 @@ TEST_CASE("soak: nccl") {
   o.emplace_back(new soak_of<quant::zero_aware<4, 64>, comp::error_feedback<comp::int8_state>, T>("za4g64 ef(int8) exact<1M", M, options(1 << 20)));
   o.emplace_back(new soak_of<quant::none, comp::none, T>("none none forced", M, options(0)));
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::step8_state>, T>("za4g128 ef(step8) forced", M, options(0)));
+  o.emplace_back(new soak_of<default_quantizer, default_compensator, T>("default (rot, clip, int8) forced", M, options(0)));
 #endif
   soak(o, "nccl");
 }
