@@ -336,7 +336,8 @@ def _autograd_and_env(rank, world):
     x = rank_inputs(0, 4096, torch.bfloat16, world)
     for value, want in (("off", None), ("int4", ("zero_aware", 4)), ("int8", ("zero_aware", 8)), ("none", ("none", 4))):
         os.environ["ECHO_ALLREDUCE"] = value
-        comm = EchoAllReduce(None, 4096, quant="symmetric", comp="none", unquantized_below_bytes=0, **SHARED_KW)
+        comm = EchoAllReduce(None, 4096, quant="symmetric", comp="none", unquantized_below_bytes=0, rotate=False,
+                             clip=1.0, **SHARED_KW)
         got = comm.all_reduce(x[rank].to(dev))
         if want is None:
             assert comm.backend == "off" and not comm.should_use(x[rank].to(dev))
@@ -347,6 +348,11 @@ def _autograd_and_env(rank, world):
             assert (comm.backend, comm.quant, comm.bits) == ("cuda", *want)
             assert same_bits(got, Expect((*want, 128, "none", ""), world, 4096)(x, rank))
         comm.close()
+    # int4 where the caller named no rotation or clip: the recommended 4-bit setting
+    os.environ["ECHO_ALLREDUCE"] = "int4"
+    comm = EchoAllReduce(None, 4096, quant="symmetric", comp="none", unquantized_below_bytes=0, **SHARED_KW)
+    assert (comm.quant, comm.bits, comm.rotate, comm.clip) == ("zero_aware", 4, True, 870)
+    comm.close()
     del os.environ["ECHO_ALLREDUCE"]
 
 
