@@ -1,81 +1,89 @@
 #!/usr/bin/env python3
-"""Markdown tables (perplexity per all-reduce variant beside the Echo paper's Table 8, greedy
-generations) and the depth plot from smollm_tp.py's JSON.
+"""The perplexity table (a row per all-reduce variant, its bits a value on the wire, a column per
+TP size) and the depth plot (from the first file) of smollm_tp.py's JSON.
 
-    python3 examples/python/plot_smollm.py smollm-tp2.json --png docs/img/smollm-depth.png --md smollm-tp2.md
+    python3 examples/python/plot_smollm.py smollm-tp2.json smollm-tp4.json --png docs/img/smollm-depth.png --md smollm.md
 """
 import argparse
 import json
 
 from allreduce_backends import parse
 
-PAPER = {("zero_aware", 4): 6.362, ("symmetric", 4): 6.568, ("naive_zero_point", 4): 7.296,
-         ("zero_aware", 8): 6.070, ("symmetric", 8): 6.075, ("naive_zero_point", 8): 6.072}
-
-
 def describe(spec):
+    """A row's words for a spec: 'zero_aware 4-bit g128, rotated, clip 0.85, EF (int8), closed at 8 bits'."""
     backend, o = parse(spec)
-    if backend == "nccl":
-        return "exact, NCCL " + ("fp32 messages" if o.get("dtype") == "f32" else "bf16"), None
-    q = o.get("quant", "zero_aware")
-    text = f"{q} {o.get('bits', 4)}-bit g{o.get('group_size', 128)}, " + \
-        ("error feedback" if o.get("comp") == "error_feedback" else "no compensation")
-    paper = PAPER.get((q, o.get("bits", 4))) if o.get("group_size", 128) == 128 else None
-    return text, paper
+    if backend == "nccl" or (backend == "echo" and o.get("quant") == "none"):
+        return "exact (" + ("NCCL" if backend == "nccl" else "Echo's 16-bit path") + ")"
+    words = [f"{o.get('quant', 'zero_aware')} {o.get('bits', 4)}-bit g{o.get('group_size', 128)}"]
+    if o.get("rotate"):
+        words.append("rotated")
+    clip = o.get("clip", 1.0)
+    if clip == "fit":
+        words.append("clip searched per group")
+    elif clip != 1.0:
+        words.append(f"clip {clip:.2f}")
+    if o.get("comp") == "error_feedback":
+        words.append("EF" + (f" ({o['storage']})" if "storage" in o else ""))
+    if o.get("close"):
+        words.append(f"closed at {16 if o['close'] == 16 else 8} bits")
+    if backend == "sim":
+        words.append("(sim)")
+    return ", ".join(words)
 
 
-def tables(d):
-    ppl = d["ppl"]
-    base = ppl.get("nccl", {}).get("ppl")
-    out = [f"Perplexity on {next(iter(ppl.values()))['tokens']} tokens ({d['config']['windows']} windows of "
-           f"{d['config']['window']}) of the corpus validation split, {d['device']}, {d['date']}.", "",
-           "| all-reduce | spec | perplexity | vs exact bf16 | paper Table 8 (Llama-3-8B, P = 4, WikiText) |",
-           "|---|---|---|---|---|"]
-    for spec, r in ppl.items():
-        text, paper = describe(spec)
-        rel = f"{100 * (r['ppl'] / base - 1):+.2f} %" if base else "-"
-        ran = r.get("ran_as", spec)
-        if ran.split(":")[0] != spec.split(":")[0]:  # e.g. a 3-bit variant that ran through sim
-            text += f" (ran as `{ran}`: not in Echo's compiled table)"
-        out.append(f"| {text} | `{spec}` | {r['ppl']:.4f} | {rel} | {paper if paper else ''} |")
-    four = {}
-    for spec, r in ppl.items():
-        backend, o = parse(spec)
-        if backend != "nccl" and o.get("bits") == 4 and o.get("group_size") == 128:
-            four.setdefault(o.get("comp"), {})[o["quant"]] = r["ppl"]
-    for comp, by_q in four.items():
-        if len(by_q) == 3:
-            order = " < ".join(f"{q} {v:.3f}" for q, v in sorted(by_q.items(), key=lambda kv: kv[1]))
-            out.append(f"\n4-bit g128, {comp.replace('_', ' ')}, here: {order}.")
-    out.append("Paper (Table 8): zero_aware 6.362 < symmetric 6.568 < naive_zero_point 7.296.")
-    if "reference_check" in d:
-        rc = d["reference_check"]
-        out.append("\nEcho on the GPUs against the host reference (the same model on the GPUs, only the all-reduce "
-                   "swapped for `echo_allreduce.reference` through an all-gather):\n")
-        for k, v in rc.items():
-            if isinstance(v, dict):
-                out.append(f"- `{k}`: perplexity {v['ppl']:.10f} on {v['tokens']} tokens")
-        out.append(f"- per-window NLL bit-identical: {rc.get('bit_identical_nll')}")
-    if d.get("generations"):
-        out.append("\nGreedy generations (chat template, up to "
-                   f"{d['config']['new_tokens']} new tokens):\n")
-        prompts = next(iter(d["generations"].values())).keys()
-        for p in prompts:
-            out.append(f"**{p}**\n")
-            for spec, g in d["generations"].items():
-                out.append(f"- `{spec}`: {g[p].strip()!r}")
-            out.append("")
+def bits_a_value(spec, calls):
+    """Wire bits a value averaged over a pass of `calls` calls (the closing call's own at its width)."""
+    backend, o = parse(spec)
+    if backend == "nccl" or o.get("quant") == "none":
+        return 16.0
+    g = o.get("group_size", 128)
+    b = o.get("bits", 4) + 32 / g
+    if not o.get("close"):
+        return b
+    last = 16.0 if o["close"] == 16 else 8 + 32 / g
+    return ((calls - 1) * b + last) / calls
+
+
+def tables(runs):
+    """One table: a row per spec, a perplexity column per run (TP = 2, 4, ...)."""
+    heads, cols = [], []
+    for d in runs:
+        ppl = d["ppl"]
+        base = ppl.get(d["config"].get("exact", "nccl"), {}).get("ppl")
+        heads.append(f"TP = {d['config']['nproc']}: perplexity (vs exact)")
+        cols.append({k: f"{v['ppl']:.4f} ({100 * (v['ppl'] / base - 1):+.2f} %)" if base else f"{v['ppl']:.4f}"
+                     for k, v in ppl.items()})
+    specs = list(dict.fromkeys(k for d in runs for k in d["ppl"]))
+    calls = runs[0].get("calls_per_pass", 60)
+    out = [", ".join(f"TP = {d['config']['nproc']}: {next(iter(d['ppl'].values()))['tokens']} tokens "
+                     f"({d['config']['windows']} windows of {d['config']['window']} from token "
+                     f"{d['config'].get('skip_tokens', 0)})" for d in runs) + f"; {runs[0]['device']}, {runs[0]['date']}.",
+           "", "| all-reduce | spec | bits a value | " + " | ".join(heads) + " |",
+           "|---|---|---|" + "---|" * len(heads)]
+    for spec in specs:
+        out.append(f"| {describe(spec)} | `{spec}` | {bits_a_value(spec, calls):.2f} | " +
+                   " | ".join(c.get(spec, "-") for c in cols) + " |")
+    for d in runs:
+        if "reference_check" in d:
+            rc = d["reference_check"]
+            out.append("\nEcho on the GPU against the host reference (the same model, the all-reduce swapped for "
+                       "`echo_allreduce.reference` through an all-gather):\n")
+            for k, v in rc.items():
+                if isinstance(v, dict):
+                    out.append(f"- `{k}`: perplexity {v['ppl']:.10f} on {v['tokens']} tokens")
+            out.append(f"- per-window NLL bit-identical: {rc.get('bit_identical_nll')}")
     return "\n".join(out)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("json")
+    ap.add_argument("json", nargs="+", help="smollm_tp.py eval results, one a TP size")
     ap.add_argument("--png", default="docs/img/smollm-depth.png")
     ap.add_argument("--md", default=None)
     args = ap.parse_args()
-    d = json.load(open(args.json))
-    md = tables(d)
+    runs = [json.load(open(p)) for p in args.json]
+    md = tables(runs)
+    d = runs[0]
     print(md)
     if args.md:
         open(args.md, "w").write(md + "\n")
@@ -85,9 +93,7 @@ def main():
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(7, 4.2))
         for i, (spec, e) in enumerate(d["depth"].items()):
-            ef = spec.endswith("+ef")
-            ax.semilogy(range(1, len(e) + 1), e, "o-" if ef else "s--", color=f"C{i // 2}", ms=3,
-                        label=describe(spec)[0])
+            ax.semilogy(range(1, len(e) + 1), e, "o-", color=f"C{i}", ms=3, label=describe(spec))
         ax.set(xlabel="layer", ylabel="relative RMS error of the residual stream",
                title=f"SmolLM2-135M, TP = 2, against the exact bf16 all-reduce ({d['device']})")
         ax.grid(alpha=0.3, which="both")

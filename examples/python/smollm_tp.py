@@ -200,7 +200,7 @@ def with_quantizer_always(spec):
 def setup(args, dev, world, rank):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    dirs = [os.path.join(args.data, "carry1"), os.path.join(args.data, "carry2")]
+    dirs = [os.path.join(args.data, "part1"), os.path.join(args.data, "part2")]
     cfg = json.load(open(find_file("config.json", dirs)))
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(find_file("tokenizer.json", dirs))
@@ -256,7 +256,8 @@ def main_rank(args, dev):
         f"({windows.shape[0] * args.window} scored tokens), device {dev}, world {world}")
     max_el = args.batch * args.window * cfg["embedding_length"]
     res = {"config": vars(args), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-           "date": time.strftime("%Y-%m-%d %H:%M"), "ppl": {}, "depth": {}, "generations": {}}
+           "date": time.strftime("%Y-%m-%d %H:%M"), "calls_per_pass": 2 * model.n_layer, "ppl": {}, "depth": {},
+           "generations": {}}
 
     def save():  # after every stage, so a failure late in the run keeps what was measured
         if rank == 0 and args.out:

