@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The Python package's tests (python/): installs it with pip into a virtual environment under the
 # build folder, as a user would (pip install ./python --no-build-isolation), and runs python/tests
-# with pytest. It installs torch from PyPI where it is missing (the front's tests run on CPU, over
-# gloo), builds the host reference always, and the torch ops where torch (with CUDA) and nvcc are
-# present (about 8 minutes on 2 cores). Tests that need torch or 2 GPUs report themselves skipped,
-# with the reason.
+# with pytest. It installs torch, transformers and accelerate from PyPI where they are missing (the
+# front's and echo_allreduce.hf's tests run on CPU, over gloo), builds the host reference always,
+# and the torch ops where torch (with CUDA) and nvcc are present (about 8 minutes on 2 cores).
+# Tests that need torch or 2 GPUs report themselves skipped, with the reason.
 #
 #   ECHO_PYTHON_TORCH=0 scripts/test-python.sh   do not install torch where it is missing
 set -euo pipefail
@@ -35,6 +35,11 @@ done
 if ! "$py" -c "import torch" 2>/dev/null && [ "${ECHO_PYTHON_TORCH:-1}" != 0 ]; then
   echo "installing torch (the front's tests need it; ECHO_PYTHON_TORCH=0 skips this)"
   "$py" -m pip install -q torch==2.11.0 || echo "warning: torch did not install; its tests will be skipped"
+fi
+# echo_allreduce.hf's tests load a tiny transformers model with tensor parallelism (accelerate)
+if "$py" -c "import torch" 2>/dev/null && ! "$py" -c "import transformers, accelerate" 2>/dev/null \
+    && [ "${ECHO_PYTHON_TORCH:-1}" != 0 ]; then
+  "$py" -m pip install -q transformers==5.17.0 accelerate==1.15.0 || echo "warning: transformers did not install; its tests will be skipped"
 fi
 
 torch_ops=OFF

@@ -2,7 +2,8 @@
 
 - ``echo_allreduce.reference``: the host reference on numpy arrays (no GPU, no torch).
 - ``echo_allreduce.EchoAllReduce``: the front over a torch.distributed group (torch ops on CUDA,
-  or the reference on CPU); ``echo_allreduce.tp``: Megatron-style tensor-parallel layers.
+  or the reference on CPU); ``echo_allreduce.tp``: Megatron-style tensor-parallel layers;
+  ``echo_allreduce.hf``: a transformers model's tensor-parallel all-reduces through Echo.
 
 Only ``reference`` is imported eagerly; the torch parts load on first use, so the package imports
 where torch is absent.
@@ -18,6 +19,7 @@ _LAZY = {
     "env_mode": "config",
     "ops_available": "ops",
     "tp": None,
+    "hf": None,
 }
 
 
