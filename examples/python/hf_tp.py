@@ -34,12 +34,12 @@ from smollm_tp import DATA, PROMPTS, find_file, windows_of  # noqa: E402
 from tp_layers import launch  # noqa: E402
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# name -> the EchoAllReduce arguments (None: transformers' own all-reduce, unpatched)
+# name -> (the EchoAllReduce arguments, patch()'s close), or None: transformers' own all-reduce
 VARIANTS = {
-    "exact": dict(quant="none", comp="none"),  # Echo's 16-bit path: the bf16 sum, rounded once
-    "former": dict(quant="zero_aware", bits=4, group_size=128, rotate=False, clip=1.0, storage="step8"),
-    "default": dict(),  # the recommended 4-bit setting: rotated, clipped, int8 state, closed at 8 bits
-    "int8": dict(quant="zero_aware", bits=8, group_size=128, rotate=False, clip=1.0),
+    "exact": (dict(quant="none", comp="none"), False),  # Echo's 16-bit path: the bf16 sum, rounded once
+    "former": (dict(quant="zero_aware", bits=4, group_size=128, rotate=False, clip=1.0, storage="step8"), False),
+    "default": (dict(), True),  # the recommended 4-bit setting: rotated, clipped, int8 state, closed at 8 bits
+    "int8": (dict(quant="zero_aware", bits=8, group_size=128, rotate=False, clip=1.0), False),
     "transformers": None,
 }
 
@@ -93,12 +93,12 @@ def main_rank(args, dev):
            "date": time.strftime("%Y-%m-%d %H:%M"), "ppl": {}, "generations": {}}
     backend = dict(backend="cuda", device=dev) if dev.type == "cuda" else dict(backend="reference")
     for name in args.variants.split(","):
-        setting = VARIANTS[name]
         comm = None
-        if setting is not None:
+        if VARIANTS[name] is not None:
+            setting, close = VARIANTS[name]
             comm = EchoAllReduce(None, args.batch * args.window * hidden, unquantized_below_bytes=0,
                                  **backend, **setting)
-            hf.patch(model, comm, message_dtype=torch.bfloat16)
+            hf.patch(model, comm, message_dtype=torch.bfloat16, close=close)
         t = time.time()
         tot, cnt, per = nll(model, windows, args.batch, dev)
         prompt = f"<|im_start|>user\n{PROMPTS[0]}<|im_end|>\n<|im_start|>assistant\n"
