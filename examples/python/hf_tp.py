@@ -27,10 +27,9 @@ import time
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from smollm_tp import DATA, PROMPTS, find_file, windows_of  # noqa: E402
+from smollm_tp import DATA, PROMPTS, find_file, window_nll, windows_of  # noqa: E402
 from tp_layers import launch  # noqa: E402
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -53,20 +52,6 @@ def load(args, dev):
     mesh = init_device_mesh(dev.type, (dist.get_world_size(),))
     return AutoModelForCausalLM.from_pretrained(args.data, gguf_file=GGUF, tp_plan="auto", device_mesh=mesh,
                                                 dtype=torch.float32)
-
-
-@torch.no_grad()
-def nll(model, windows, batch, dev):
-    total, count, per = 0.0, 0, []
-    for i in range(0, windows.shape[0], batch):
-        w = windows[i:i + batch].to(dev)
-        logits = model(w[:, :-1]).logits.float()
-        lp = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1), reduction="none")
-        s = lp.view(w.shape[0], -1).double().sum(1)
-        per += s.tolist()
-        total += s.sum().item()
-        count += lp.numel()
-    return total, count, per
 
 
 def main_rank(args, dev):
@@ -100,7 +85,7 @@ def main_rank(args, dev):
                                  **backend, **setting)
             hf.patch(model, comm, message_dtype=torch.bfloat16, close=close)
         t = time.time()
-        tot, cnt, per = nll(model, windows, args.batch, dev)
+        tot, cnt, per = window_nll(lambda ids: model(ids).logits, windows, args.batch, dev)
         prompt = f"<|im_start|>user\n{PROMPTS[0]}<|im_end|>\n<|im_start|>assistant\n"
         start = torch.tensor([tok.encode(prompt).ids], device=dev)
         with torch.no_grad():

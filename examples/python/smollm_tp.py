@@ -154,20 +154,25 @@ class Llama:
 # ---- measurements -------------------------------------------------------------------------------
 
 @torch.no_grad()
-def nll(model, windows, ar, batch):
-    """Sum of -log p and count over the windows (each window scores tokens 1..T-1)."""
-    chain = ar.new_chain()
+def window_nll(logits_of, windows, batch, dev):
+    """Sum of -log p, count and per-window sums over the windows (each window scores tokens
+    1..T-1), batch windows a pass through logits_of(ids) -> logits."""
     total, count = 0.0, 0
     per_window = []
     for i in range(0, windows.shape[0], batch):
-        w = windows[i:i + batch].to(model.dev)
-        logits = model.forward(w[:, :-1], ar, chain)
+        w = windows[i:i + batch].to(dev)
+        logits = logits_of(w[:, :-1]).float()
         lp = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1), reduction="none")
         s = lp.view(w.shape[0], -1).double().sum(1)
         per_window += s.tolist()
         total += s.sum().item()
         count += lp.numel()
     return total, count, per_window
+
+
+def nll(model, windows, ar, batch):
+    chain = ar.new_chain()
+    return window_nll(lambda ids: model.forward(ids, ar, chain), windows, batch, model.dev)
 
 
 @torch.no_grad()
