@@ -16,7 +16,8 @@ group's range clipped to 0.85, error_feedback, the chain's last call closing it 
 options after colons: storage=step8|int8|float|bf16, transport=cuda_ipc|nccl,
 below=<unquantized_below_bytes>. `echo` alone takes the package's defaults. Two forms exist in
 `sim` only, to measure what the library does not build: `+fit` (each group's clip searched among
-FIT_RATIOS for the least squared error) and `+close16` (the closing call at 16 bits).
+FIT_RATIOS for the least squared error) and `+close16` (the closing call at 16 bits); they have no
+oracle, nor do rotation or clip with nz / sym beyond the reference's compiled entries.
 
 Chains: `new_chain()` gives one chain (one residual stream: a forward pass, or a backward pass);
 `reset(chain)` starts it again at the next pass. An all-zero chain is a fresh one.
@@ -48,6 +49,8 @@ def parse(spec):
         if m.group(3):
             opts["group_size"] = int(m.group(3))
         opts["rotate"] = bool(m.group(4))  # a spec names its quantizer whole: plain unless it says
+        if m.group(5) and not 0 < int(m.group(5)) <= 100:
+            raise ValueError(f"bad clip in {spec!r}: +clipNN takes NN in 1..100 (percent of the range)")
         opts["clip"] = "fit" if m.group(6) else int(m.group(5)) / 100 if m.group(5) else 1.0
         opts["comp"] = "error_feedback" if m.group(7) else "none"
         if m.group(8):

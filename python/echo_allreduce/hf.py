@@ -9,18 +9,21 @@ transformers ends every row-parallel Linear of its plan (attention's ``o_proj`` 
 output when it runs without autograd. :func:`patch` gives those layers a forward that makes the
 same partial product (transformers' own input handling and local weights) and then calls Echo:
 
-- one chain per forward pass of the model, started afresh by a hook on the model's forward;
+- one chain per forward pass, started afresh by a hook on the innermost module that holds every
+  site (a decoder's stack of layers, so a wrapper that calls it directly starts a pass too);
 - the sites in the order ``named_modules()`` lists them (a decoder's layers in forward order), the
   last one closing the chain (``closes``; checked at run time: a pass that calls them out of order
-  turns closing off, with a warning);
+  turns closing off for later passes, with a warning; the pass that shows it may have closed early);
 - the layer's own forward (transformers' all-reduce) wherever Echo cannot serve: with autograd, for
   DTensor inputs, and for tensors :meth:`EchoAllReduce.fits` refuses (dtype, size); a counter says
   how often (``EchoPatch.fallbacks``).
 
 Error feedback is sound only where each site's output is added, unscaled, to the residual stream
 (pre-norm blocks). A model that normalizes a block's output before the residual add (a
-``post_feedforward_layernorm``: Gemma 2-4, OLMo 2-3, EXAONE 4) runs without compensation, with a
-warning; ``compensate=True`` insists, ``compensate=False`` turns it off anywhere.
+``post_feedforward_layernorm`` or ``post_norm<i>``: Gemma 2-4, OLMo 2-3, EXAONE 4, HyperCLOVA X)
+runs without compensation, with a warning; ``compensate=True`` insists, ``compensate=False`` turns
+it off anywhere. A site whose output a gate scales (a shared expert beside a
+``shared_expert_gate``) keeps out of the chain on its own.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ __all__ = ["EchoPatch", "patch", "unpatch", "patched", "row_parallel_sites", "po
 # transformers' styles that end in an all-reduce of a Linear's partial output
 _ROW_STYLES = ("rowwise", "rowwise_rep", "rowwise_split_input")
 # a module of these names normalizes a block's output before the residual add
-_POST_BLOCK_NORM = re.compile(r"(^|\.)post_(feedforward|mlp)_(layer)?norm$")
+_POST_BLOCK_NORM = re.compile(r"(^|\.)post_((feedforward|mlp)_(layer)?norm|norm\d+)$")
+# a gate that scales a shared expert's output before it joins the residual stream
+_GATE = "shared_expert_gate"
 
 
 def _compiling() -> bool:
@@ -67,6 +72,29 @@ def post_block_norms(model: nn.Module) -> list:
     return [name for name, _ in model.named_modules() if _POST_BLOCK_NORM.search(name)]
 
 
+def _gated(model: nn.Module, name: str) -> bool:
+    """Whether the site `name` is a shared expert's, beside a gate that scales its output."""
+    parts = name.split(".")
+    for k in range(len(parts) - 1, 0, -1):
+        holder = model.get_submodule(".".join(parts[:k]))
+        if hasattr(holder, _GATE) and k < len(parts) and parts[k].startswith("shared_expert") and parts[k] != _GATE:
+            return True
+    return False
+
+
+def _pass_root(model: nn.Module, names: list) -> nn.Module:
+    """The innermost module whose forward runs every site: their common prefix, less the lists
+    (a ModuleList is never called itself)."""
+    common = []
+    for parts in zip(*(n.split(".")[:-1] for n in names)):
+        if len(set(parts)) != 1:
+            break
+        common.append(parts[0])
+    while common and isinstance(model.get_submodule(".".join(common)), (nn.ModuleList, nn.ModuleDict)):
+        common.pop()
+    return model.get_submodule(".".join(common)) if common else model
+
+
 def _mesh_of(module: nn.Module):
     weight = module.weight
     mesh = getattr(weight, "device_mesh", None)
@@ -87,9 +115,10 @@ class EchoPatch:
         self.close = close
         self.message_dtype = message_dtype
         self.chain = comm.new_chain() if compensated and comm.keeps_state else None
-        # a compensating comm where the model must not chain: every call on a chain started afresh
-        self.unchained = comm.new_chain() if not compensated and comm.keeps_state else None
+        # a compensating comm where a site must not chain: every such call on a chain started afresh
+        self.unchained = comm.new_chain() if comm.keeps_state else None
         self.sites: list = []  # names, in the order the chain expects them
+        self.unchained_sites: list = []  # names of the sites kept out of the chain (a gated output)
         self.fallbacks = 0  # calls that went to transformers' own all-reduce
         self._owns_comm = owns_comm
         self._originals: list = []  # (module, the forward patch() replaced)
@@ -103,33 +132,34 @@ class EchoPatch:
         self._previous = -1
 
     # ---- one site ---------------------------------------------------------------------------------
-    def _site_forward(self, index: int, module: nn.Linear, style, mesh, original):
+    def _site_forward(self, index: int, module: nn.Linear, style, mesh, original, chained: bool):
         last = index == len(self.sites) - 1
         group = mesh.get_group() if mesh.ndim == 1 else mesh.get_group("tp")
 
         def forward(*args, **kwargs):
-            if torch.is_grad_enabled() or not style.should_use_local_tensors(module):
+            if torch.is_grad_enabled() or isinstance(args[0], DTensor) or not style.should_use_local_tensors(module):
                 self.fallbacks += 1
                 return original(*args, **kwargs)
             args, kwargs = style.transform_inputs_pre_forward(module, args, kwargs, mesh)
-            if isinstance(args[0], DTensor):
-                self.fallbacks += 1
-                return original(*args, **kwargs)
             with style.context_around_forward(module, mesh):  # local weights, the bias held back
-                y = nn.Linear.forward(module, *args, **kwargs)
+                y = type(module).forward(module, *args, **kwargs)  # the layer's own (a quantized one too)
             message = (y if self.message_dtype is None else y.to(self.message_dtype)).contiguous()
-            chain = self.chain
+            chain = self.chain if chained else None
             if chain is None and self.unchained is not None:
                 self.comm.reset_chain(self.unchained)
                 chain = self.unchained
-            if self.comm.should_use(message) and self.comm.fits(message, chain):
-                if self.chain is not None and not _compiling():
+            # fits() judges what every rank shares (dtype, size), so all ranks take the same path
+            if self.comm.fits(message, chain):
+                if not _compiling() and message.data_ptr() % 16:
+                    message = message.clone()  # Echo needs 16-byte alignment
+                closes = self.chain is not None and chained and self.close and last
+                if self.chain is not None and chained and not _compiling():
                     if index <= self._previous and self.close:
                         self.close = False
                         warnings.warn("echo_allreduce.hf: the row-parallel layers ran out of named_modules() order; "
                                       "the chain's closing call is off", RuntimeWarning, stacklevel=2)
                     self._previous = index
-                self.comm.all_reduce(message, chain=chain, closes=self.chain is not None and self.close and last)
+                self.comm.all_reduce(message, chain=chain, closes=closes)
             else:
                 self.fallbacks += 1
                 dist.all_reduce(message, group=group)
@@ -143,15 +173,21 @@ class EchoPatch:
 
     def _install(self) -> None:
         sites = row_parallel_sites(self.model)
+        meshes = [_mesh_of(module) for _, module, _ in sites]  # every check before any change
         self.sites = [name for name, _, _ in sites]
-        for index, (name, module, style) in enumerate(sites):
+        self.unchained_sites = [name for name in self.sites if _gated(self.model, name)]
+        root = _pass_root(self.model, self.sites)
+        for index, ((name, module, style), mesh) in enumerate(zip(sites, meshes)):
             original = module.forward
-            module.forward = self._site_forward(index, module, style, _mesh_of(module), original)
+            module.forward = self._site_forward(index, module, style, mesh, original,
+                                                name not in self.unchained_sites)
             self._originals.append((module, original))
-        self._hook = self.model.register_forward_pre_hook(self._new_pass)
+        self._hook = root.register_forward_pre_hook(self._new_pass)
 
-    def remove(self) -> None:
-        """Give every site its forward back and drop the hook (closing a communicator patch made)."""
+    def remove(self, close_comm: bool = True) -> None:
+        """Give every site its forward back and drop the hook; close a communicator patch() made
+        (close_comm=False leaves it open: closing is collective, and after an error on one rank
+        its peers would not come)."""
         for module, original in self._originals:
             module.forward = original
         self._originals = []
@@ -160,7 +196,7 @@ class EchoPatch:
             self._hook = None
         if getattr(self.model, "_echo_patch", None) is self:
             del self.model._echo_patch
-        if self._owns_comm:
+        if self._owns_comm and close_comm:
             self.comm.close()
 
     def __repr__(self):
@@ -211,11 +247,11 @@ def patch(model: nn.Module, comm: Optional[EchoAllReduce] = None, *, max_tokens:
     return p
 
 
-def unpatch(model: nn.Module) -> None:
-    """Undo :func:`patch` (a model that is not patched is left as it is)."""
+def unpatch(model: nn.Module, close_comm: bool = True) -> None:
+    """Undo :func:`patch` (a model that is not patched is left as it is); see EchoPatch.remove."""
     p = getattr(model, "_echo_patch", None)
     if p is not None:
-        p.remove()
+        p.remove(close_comm)
 
 
 class patched:
@@ -230,5 +266,8 @@ class patched:
         return self.patch
 
     def __exit__(self, exc_type, exc, tb):
-        unpatch(self.model)
+        if exc_type is not None and self.patch is not None and self.patch._owns_comm:
+            warnings.warn("echo_allreduce.hf.patched: left on an exception; its communicator stays open (closing is "
+                          "collective): close it with echo.comm.close() on every rank", RuntimeWarning, stacklevel=2)
+        unpatch(self.model, close_comm=exc_type is None)
         return False

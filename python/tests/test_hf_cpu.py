@@ -32,7 +32,13 @@ def _save(tmp, kind):
     torch.manual_seed(0)
     common = dict(vocab_size=96, hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=64)
-    model = LlamaForCausalLM(LlamaConfig(**common)) if kind == "llama" else Olmo2ForCausalLM(Olmo2Config(**common))
+    # the Llama with biases: the patch adds a row-parallel layer's bias once, after the sum
+    model = (LlamaForCausalLM(LlamaConfig(**common, attention_bias=True, mlp_bias=True)) if kind == "llama"
+             else Olmo2ForCausalLM(Olmo2Config(**common)))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(".bias"):
+                param.normal_(0, 0.5)  # transformers initialises them to zero
     path = os.path.join(tmp, kind)
     model.save_pretrained(path)
     return path
@@ -61,10 +67,12 @@ def _ids(seed):
 
 class _Oracle:
     """torch.distributed.all_reduce as the reference computes Echo's call: every rank's partial
-    output gathered, summed by echo_allreduce.reference along a chain of the given setting."""
+    output (in message_dtype) gathered, summed by echo_allreduce.reference along a chain of the
+    given setting."""
 
-    def __init__(self, world, rank, calls_per_pass, **setting):
+    def __init__(self, world, rank, calls_per_pass, message_dtype=torch.float32, **setting):
         self.world, self.rank, self.calls = world, rank, calls_per_pass
+        self.message_dtype = message_dtype
         self.setting = setting
         self.chain = reference.ChainState(world, 1 << 16, "int8") if setting.get("comp") == "error_feedback" else None
         self.k = 0
@@ -76,22 +84,28 @@ class _Oracle:
             self.chain.reset()
 
     def __call__(self, t, op=dist.ReduceOp.SUM, group=None, async_op=False):
-        parts = [torch.empty_like(t) for _ in range(self.world)]
-        dist.all_gather(parts, t.contiguous(), group=group)
+        m = t.to(self.message_dtype)
+        parts = [torch.empty_like(m) for _ in range(self.world)]
+        dist.all_gather(parts, m.contiguous(), group=group)
         closes = self.chain is not None and self.k == self.calls - 1
-        out = reference.all_reduce([to_numpy(p) for p in parts], chain=self.chain, dtype="f32", closes=closes,
+        dtype = {torch.float32: "f32", torch.bfloat16: "bf16"}[self.message_dtype]
+        out = reference.all_reduce([to_numpy(p) for p in parts], chain=self.chain, dtype=dtype, closes=closes,
                                    **self.setting)[self.rank]
-        t.copy_(from_numpy(out, t.dtype, t))
+        t.copy_(from_numpy(out, m.dtype, m))
         self.k += 1
 
-    def logits(self, model, ids):
+    def run(self, fn):
+        """fn() (a forward pass) with this oracle as torch.distributed.all_reduce."""
         self.new_pass()
         dist.all_reduce = self
         try:
             with torch.no_grad():
-                return model(ids).logits
+                return fn()
         finally:
             dist.all_reduce = self._real
+
+    def logits(self, model, ids):
+        return self.run(lambda: model(ids).logits)
 
 
 DEFAULT = dict(rotate=True, clip=RECOMMENDED_CLIP, comp="error_feedback", storage="int8")
@@ -132,10 +146,34 @@ def _default_and_exact(rank, world, path):
 
     # Echo's exact path through the patch: the sum transformers makes (two terms: the same bits)
     exact = EchoAllReduce(None, 1 << 16, backend="reference", quant="none", comp="none")
-    with hf.patched(model, exact):
+    with hf.patched(model, exact) as p:
         with torch.no_grad():
             assert same_bits(model(_ids(0)).logits, plain[0])
+        assert p.fallbacks == 0
     exact.close()
+
+    # bf16 messages from an fp32 model
+    bf16 = _Oracle(world, rank, len(sites), message_dtype=torch.bfloat16, **DEFAULT)
+    want = bf16.logits(model, _ids(2))
+    with hf.patched(model, comm, message_dtype=torch.bfloat16):
+        with torch.no_grad():
+            assert same_bits(model(_ids(2)).logits, want)
+
+    # a pass started by calling the decoder directly (as a wrapper might): the hook sits there
+    inner = _Oracle(world, rank, 1 << 30, **DEFAULT)
+    want = [inner.run(lambda: model.model(_ids(s)).last_hidden_state) for s in range(2)]
+    with hf.patched(model, comm, close=False):
+        with torch.no_grad():
+            for s in range(2):
+                assert same_bits(model.model(_ids(s)).last_hidden_state, want[s]), s
+
+    # messages Echo does not take (more than max_elements): transformers' own sum, every rank alike
+    small = EchoAllReduce(None, 1000, backend="reference", unquantized_below_bytes=0)
+    with hf.patched(model, small) as p:
+        with torch.no_grad():
+            assert same_bits(model(_ids(0)).logits, plain[0])
+        assert p.fallbacks == len(sites)
+    small.close()
 
     # with autograd on, the sites keep transformers' own path (a DTensor all-reduce with a backward)
     p = hf.patch(model, comm)

@@ -1,8 +1,9 @@
 """echo_allreduce.hf on the GPU: a tiny random Llama loaded with tp_plan="auto" at TP = 2, its
 row-parallel all-reduces through Echo's torch ops, bit for bit equal to the same model patched
-with the front's reference backend, along two passes and a greedy generation (the decode steps'
-small messages take Echo's exact path). Ranks: as in test_gpu.py (two GPUs over NCCL, or one
-shared by both ranks over gloo with ECHO_TEST_RANKS=2)."""
+with the front's reference backend, along two passes and a greedy generation (every call
+quantized, the decode steps' small ones too). It checks the ops under the patch; what the patch
+does is test_hf_cpu.py's. Ranks: as in test_gpu.py (two GPUs over NCCL, or one shared by both
+ranks over gloo with ECHO_TEST_RANKS=2)."""
 
 import os
 

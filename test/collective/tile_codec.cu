@@ -235,25 +235,30 @@ void check_load(const char* name) {
   CHECK(wrong == 0);
 }
 
-/// Warp w transforms groups w * (32 / LANES) .. of x in place: forward, or inverse of x / G.
+/// Warp w transforms groups w * (32 / LANES) .. of x in place: forward, or inverse of x / G. Lanes
+/// past the last group hold sentinels and are not whole: `changed` counts the values they lost.
 template <class Q, int V>
-__global__ void transform_groups(float* x, size_t groups, bool inverse) {
+__global__ void transform_groups(float* x, size_t groups, bool inverse, unsigned* changed) {
   using tr = echo::collective::group_transform<echo::quant::rotated<Q>, V>;
   constexpr int LANES = Q::group / V;
   const int lane = threadIdx.x & 31;
   const size_t warp = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const size_t g = warp * (32 / LANES) + lane / LANES;
+  const bool whole = g < groups;
   float v[V];
   float* at = x + g * Q::group + (lane % LANES) * V;
-  for (int i = 0; i < V; ++i) v[i] = g < groups ? at[i] : 0.0f;
+  for (int i = 0; i < V; ++i) v[i] = whole ? at[i] : 1000.0f + static_cast<float>(i);
   if (inverse) {
-    for (int i = 0; i < V; ++i) v[i] = echo::detail::mul_rn(v[i], tr::H::inv_size);
-    tr::inverse_scaled(v, lane, g < groups);
+    if (whole)
+      for (int i = 0; i < V; ++i) v[i] = echo::detail::mul_rn(v[i], tr::H::inv_size);
+    tr::inverse_scaled(v, lane, whole);
   } else {
-    tr::forward(v, lane, g < groups);
+    tr::forward(v, lane, whole);
   }
-  if (g < groups)
-    for (int i = 0; i < V; ++i) at[i] = v[i];
+  for (int i = 0; i < V; ++i) {
+    if (whole) at[i] = v[i];
+    else if (v[i] != 1000.0f + static_cast<float>(i)) atomicAdd(changed, 1u);
+  }
 }
 
 /// The device's group transform, spread over lanes of V values, equals quant::hadamard on the host
@@ -283,11 +288,14 @@ void check_transform(const char* name) {
     }
     echo_test::device_buffer<float> d(0, n);
     d.upload(x);
+    echo_test::device_buffer<unsigned> changed(0, 1);
+    changed.upload(std::vector<unsigned>{0u});
     const size_t warps = echo::detail::ceil_div(groups, static_cast<size_t>(32 / (Q::group / V)));
-    transform_groups<Q, V><<<static_cast<unsigned>((warps + 3) / 4), 128>>>(d.ptr, groups, inverse);
+    transform_groups<Q, V><<<static_cast<unsigned>((warps + 3) / 4), 128>>>(d.ptr, groups, inverse, changed.ptr);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     const std::vector<float> got = d.download(n);
     CHECK(std::memcmp(got.data(), want.data(), n * sizeof(float)) == 0);
+    CHECK(changed.download(1)[0] == 0u);  // lanes whose group is not whole keep their values
   }
 }
 

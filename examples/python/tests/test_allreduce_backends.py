@@ -26,6 +26,9 @@ def test_parse():
         "close": 16}
     with pytest.raises(ValueError):
         parse("echo:za4x128")
+    for bad in ("sim:za4g128+clip0", "sim:za4g128+clip150"):
+        with pytest.raises(ValueError, match="clip"):
+            parse(bad)
     assert parse("echo:storage=float") == ("echo", {"storage": "float"})
     with pytest.raises(ValueError):
         parse("mpi")
