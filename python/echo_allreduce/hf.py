@@ -77,7 +77,7 @@ def _gated(model: nn.Module, name: str) -> bool:
     parts = name.split(".")
     for k in range(len(parts) - 1, 0, -1):
         holder = model.get_submodule(".".join(parts[:k]))
-        if hasattr(holder, _GATE) and k < len(parts) and parts[k].startswith("shared_expert") and parts[k] != _GATE:
+        if hasattr(holder, _GATE) and parts[k].startswith("shared_expert") and parts[k] != _GATE:
             return True
     return False
 
@@ -115,8 +115,9 @@ class EchoPatch:
         self.close = close
         self.message_dtype = message_dtype
         self.chain = comm.new_chain() if compensated and comm.keeps_state else None
-        # a compensating comm where a site must not chain: every such call on a chain started afresh
-        self.unchained = comm.new_chain() if comm.keeps_state else None
+        # a compensating comm where a site must not chain: every such call on a chain started
+        # afresh (made by _install only where some site needs it: a chain's state is max_elements big)
+        self.unchained = None
         self.sites: list = []  # names, in the order the chain expects them
         self.unchained_sites: list = []  # names of the sites kept out of the chain (a gated output)
         self.fallbacks = 0  # calls that went to transformers' own all-reduce
@@ -134,6 +135,7 @@ class EchoPatch:
     # ---- one site ---------------------------------------------------------------------------------
     def _site_forward(self, index: int, module: nn.Linear, style, mesh, original, chained: bool):
         last = index == len(self.sites) - 1
+        on_chain = chained and self.chain is not None  # the pass's chain: closed at the last site
         group = mesh.get_group() if mesh.ndim == 1 else mesh.get_group("tp")
 
         def forward(*args, **kwargs):
@@ -144,16 +146,15 @@ class EchoPatch:
             with style.context_around_forward(module, mesh):  # local weights, the bias held back
                 y = type(module).forward(module, *args, **kwargs)  # the layer's own (a quantized one too)
             message = (y if self.message_dtype is None else y.to(self.message_dtype)).contiguous()
-            chain = self.chain if chained else None
-            if chain is None and self.unchained is not None:
-                self.comm.reset_chain(self.unchained)
-                chain = self.unchained
+            chain = self.chain if on_chain else self.unchained
+            if not on_chain and chain is not None:
+                self.comm.reset_chain(chain)
             # fits() judges what every rank shares (dtype, size), so all ranks take the same path
             if self.comm.fits(message, chain):
                 if not _compiling() and message.data_ptr() % 16:
                     message = message.clone()  # Echo needs 16-byte alignment
-                closes = self.chain is not None and chained and self.close and last
-                if self.chain is not None and chained and not _compiling():
+                closes = on_chain and self.close and last
+                if on_chain and not _compiling():
                     if index <= self._previous and self.close:
                         self.close = False
                         warnings.warn("echo_allreduce.hf: the row-parallel layers ran out of named_modules() order; "
@@ -176,6 +177,8 @@ class EchoPatch:
         meshes = [_mesh_of(module) for _, module, _ in sites]  # every check before any change
         self.sites = [name for name, _, _ in sites]
         self.unchained_sites = [name for name in self.sites if _gated(self.model, name)]
+        if self.comm.keeps_state and (self.chain is None or self.unchained_sites):
+            self.unchained = self.comm.new_chain()
         root = _pass_root(self.model, self.sites)
         for index, ((name, module, style), mesh) in enumerate(zip(sites, meshes)):
             original = module.forward
