@@ -43,6 +43,19 @@ VARIANTS = {
 }
 
 
+def blocks_only_plan(path):
+    """transformers' own plan for the model, its decoder blocks only: the embedding and the head
+    (tied in SmolLM2) stay whole on every rank. For ranks sharing one GPU, which run over gloo
+    (NCCL refuses two ranks on one device): torch 2.11's gloo crashes (SIGSEGV) in the all-gather
+    of CUDA tensors that the head's `colwise_gather_output` makes. The blocks' split, and so every
+    all-reduce Echo serves, is the same as under "auto"."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        plan = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path, gguf_file=GGUF)).tp_plan
+    return {k: v for k, v in plan.items() if ".layers.*." in k}
+
+
 def load(args, dev):
     from torch.distributed.device_mesh import init_device_mesh
     from transformers import AutoModelForCausalLM
@@ -50,7 +63,8 @@ def load(args, dev):
     # transformers places rank r's shard on cuda:LOCAL_RANK: the GPU this rank was given
     os.environ["LOCAL_RANK"] = str(dev.index if dev.type == "cuda" else 0)
     mesh = init_device_mesh(dev.type, (dist.get_world_size(),))
-    return AutoModelForCausalLM.from_pretrained(args.data, gguf_file=GGUF, tp_plan="auto", device_mesh=mesh,
+    plan = blocks_only_plan(args.data) if args.share_gpu or args.blocks_only else "auto"
+    return AutoModelForCausalLM.from_pretrained(args.data, gguf_file=GGUF, tp_plan=plan, device_mesh=mesh,
                                                 dtype=torch.float32)
 
 
@@ -72,7 +86,8 @@ def main_rank(args, dev):
     ids = np.load(find_file("val_ids.u16.npy", dirs)).astype(np.int64)
     windows = windows_of(ids, args.window, args.windows, args.skip_tokens)
     hidden = model.config.hidden_size
-    log(f"loaded in {time.time() - t0:.0f} s through transformers (tp_plan 'auto', {dist.get_world_size()} ranks); "
+    split = "the decoder blocks" if args.share_gpu or args.blocks_only else "tp_plan 'auto'"
+    log(f"loaded in {time.time() - t0:.0f} s through transformers ({split}, {dist.get_world_size()} ranks); "
         f"{windows.shape[0]} windows of {args.window} tokens, device {dev}")
     res = {"config": vars(args), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
            "date": time.strftime("%Y-%m-%d %H:%M"), "ppl": {}, "generations": {}}
@@ -113,6 +128,8 @@ def main():
     ap.add_argument("--nproc", type=int, default=3)
     ap.add_argument("--share-gpu", action="store_true", help="every rank on the GPUs there are, over gloo")
     ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--blocks-only", action="store_true",
+                    help="split the decoder blocks only (what --share-gpu does; for a CPU check of it)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     launch(main_rank, args, args.nproc)

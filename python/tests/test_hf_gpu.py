@@ -48,7 +48,14 @@ def _body(rank, world, path):
     torch.cuda.set_device(local)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local))
     mesh = init_device_mesh("cuda", (world,))
-    model = AutoModelForCausalLM.from_pretrained(path, tp_plan="auto", device_mesh=mesh, dtype=torch.bfloat16)
+    plan = "auto"
+    if SHARED:  # gloo crashes gathering CUDA tensors (the head's output): split the blocks only (hf_tp.py)
+        from transformers import AutoConfig
+
+        with torch.device("meta"):
+            plan = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path)).tp_plan
+        plan = {k: v for k, v in plan.items() if ".layers.*." in k}
+    model = AutoModelForCausalLM.from_pretrained(path, tp_plan=plan, device_mesh=mesh, dtype=torch.bfloat16)
     g = torch.Generator().manual_seed(1)
     ids = [torch.randint(0, 96, (2, 48), generator=g).cuda() for _ in range(2)]
 

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <sstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -389,8 +390,9 @@ class reference_check {
       const long long bad = first_mismatch(got, want[r]);
       INFO("rank " << r << " of " << P_ << ", n " << n << ", seed " << seed() << ", " << Transport::name << " "
                    << Q::name << "<" << Q::bits << "," << Q::group << "> " << C::name << " " << type_name<T>());
-      if (bad >= 0)
-        INFO("first mismatch at " << bad << ": device " << widen(got[bad]) << " reference " << widen(want[r][bad]));
+      std::ostringstream where;  // built outside the if: an INFO lives only to the end of its scope
+      if (bad >= 0) where << "first mismatch at " << bad << ": device " << widen(got[bad]) << " reference " << widen(want[r][bad]);
+      INFO(where.str());
       REQUIRE(bad == -1);
     }
   }
