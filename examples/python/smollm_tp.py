@@ -12,8 +12,8 @@ Model math: fp32 everywhere (TF32 off) except the all-reduce, whose messages are
 deployment sends them; the exact baseline `nccl` is the bf16 NCCL all-reduce (`nccl:dtype=f32`
 sends fp32 messages: the model without any all-reduce rounding). Split: attention by
 KV group, the 3 KV groups dealt contiguously (rank 0: groups 0-1 = query heads 0-5, rank 1:
-group 2 = heads 6-8) -- heads are independent, so any split is exact, and the uneven one costs
-only balance; the MLP in halves (768 + 768); embedding, norms and the tied head replicated. Two
+group 2 = heads 6-8; at TP = 4 the last rank holds none and adds zeros) -- heads are independent,
+so any split is exact, and the uneven one costs only balance; the MLP in halves (768 + 768); embedding, norms and the tied head replicated. Two
 all-reduces a layer (after attention, after the MLP): 60 a forward pass, one chain per pass.
 """
 import argparse
@@ -95,7 +95,7 @@ class Llama:
         groups = np.array_split(np.arange(KV), world)[rank]  # KV groups of this rank, contiguous
         per = H // KV
         qh = [g * per + i for g in groups for i in range(per)]
-        rows = lambda heads: torch.cat([torch.arange(h * self.hd, (h + 1) * self.hd) for h in heads])  # noqa: E731
+        rows = lambda heads: torch.tensor([h * self.hd + i for h in heads for i in range(self.hd)], dtype=torch.long)  # noqa: E731
         qr, kr = rows(qh), rows(groups.tolist())
         F_ = cfg["feed_forward_length"]
         fs = slice(rank * F_ // world, (rank + 1) * F_ // world)
@@ -140,10 +140,15 @@ class Llama:
             q = (h @ L["q"].T).view(B, T, self.hq, self.hd).transpose(1, 2)
             k = (h @ L["k"].T).view(B, T, self.hkv, self.hd).transpose(1, 2)
             v = (h @ L["v"].T).view(B, T, self.hkv, self.hd).transpose(1, 2)
-            q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
-            rep = self.hq // self.hkv
-            a = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), is_causal=True)
-            x = x + self.reduce(a.transpose(1, 2).reshape(B, T, -1) @ L["o"].T, ar, chain)
+            if self.hkv:
+                q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+                rep = self.hq // self.hkv
+                a = F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1),
+                                                   is_causal=True)
+                a = a.transpose(1, 2).reshape(B, T, -1) @ L["o"].T
+            else:  # more ranks than KV groups (TP = 4): this rank holds no head and adds zeros
+                a = x.new_zeros(x.shape)
+            x = x + self.reduce(a, ar, chain)
             h = self.rms(x, L["fn"])
             x = x + self.reduce((F.silu(h @ L["g"].T) * (h @ L["u"].T)) @ L["dn"].T, ar, chain, li == self.n_layer - 1)
             if record is not None:

@@ -125,8 +125,8 @@ def _init_and_run(fn, args):
                             device_id=torch.device("cuda", torch.cuda.current_device()) if nccl else None)
     try:
         fn(args, torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu"))
+        dist.barrier()  # not after a failure: the peers, still in a collective, would never reach it
     finally:
-        dist.barrier()
         dist.destroy_process_group()
 
 
