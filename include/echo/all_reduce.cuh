@@ -24,6 +24,7 @@
 #include "communicator.cuh"
 #include "comp/error_feedback.cuh"
 #include "comp/none.cuh"
+#include "comp/traits.cuh"
 #include "detail/collective_setup.cuh"
 #include "detail/cuda_check.cuh"
 #include "detail/dependent_launch.cuh"
@@ -37,8 +38,10 @@
 #include "quant/clipped.cuh"
 #include "quant/closing.cuh"
 #include "quant/none.cuh"
+#include "quant/traits.cuh"
 #include "quant/transform.cuh"
 #include "transport/cuda_ipc.cuh"
+#include "transport/traits.cuh"
 
 #include <array>
 #include <cmath>
@@ -56,6 +59,15 @@ struct no_chain {};
 template <class Quant, class Transport = transport::cuda_ipc, class Comp = comp::none,
           class Policy = collective::default_policy>
 class all_reduce {
+  static_assert(quant::is_quantizer<Quant>::value,
+                "echo::all_reduce: Quant is not a quantizer: it needs name, quantizes, bits, group and holds_zero, and, "
+                "when it quantizes, a supported (bits, group) and fit / unpack / position / encode / decode "
+                "(quant/group_params.cuh)");
+  static_assert(comp::is_compensator<Comp>::value,
+                "echo::all_reduce: Comp is not a compensator: it needs name, keeps_state and state_bytes(n), and, when it "
+                "keeps state, a storage and keep(e) (comp/compensator.cuh)");
+  static_assert(transport::is_transport_for<Transport, collective::config<Quant, Comp, Policy>>::value,
+                "echo::all_reduce: Transport is not a transport: it needs name and engine<Config> (transport/traits.cuh)");
   static_assert(comp::holds_errors_of<Comp, Quant>::value,
                 "echo::all_reduce: a clipped quantizer's errors exceed what step8_state / step4_state hold (+-0.99 / "
                 "+-0.875 data steps); keep them as comp::int8_state, int4_state or an element type");

@@ -431,3 +431,38 @@ TEST_CASE_TEMPLATE("step8_state / step4_state: the on-grid errors' bound at the 
   CHECK(widest <= 0.75);
   CHECK(fails.failures == 0);
 }
+
+namespace {
+// What comp/traits.cuh must refuse: a stateful compensator without keep(), one whose storage is no
+// state storage, and a stateless one without state_bytes().
+struct no_keep {
+  static constexpr const char* name = "no_keep";
+  static constexpr bool keeps_state = true;
+  using storage = echo::comp::step8_state;
+  static size_t state_bytes(size_t n) { return n; }
+};
+struct with_keep : no_keep {
+  static float keep(float e) { return e; }
+};
+struct odd_storage : with_keep {
+  using storage = int;
+};
+struct no_bytes {
+  static constexpr const char* name = "no_bytes";
+  static constexpr bool keeps_state = false;
+};
+}  // namespace
+
+TEST_CASE("the compensator contract as a trait: every shipped compensator meets it, a broken one does not") {
+  namespace comp = echo::comp;
+  static_assert(comp::is_compensator<comp::none>::value && comp::is_compensator<comp::error_feedback<>>::value &&
+                    comp::is_compensator<comp::error_feedback<comp::int4_state>>::value &&
+                    comp::is_compensator<comp::error_feedback<float>>::value &&
+                    comp::is_compensator<comp::error_feedback<echo::half_t>>::value,
+                "the compensators");
+  CHECK(comp::is_compensator<with_keep>::value);
+  CHECK_FALSE(comp::is_compensator<no_keep>::value);
+  CHECK_FALSE(comp::is_compensator<odd_storage>::value);
+  CHECK_FALSE(comp::is_compensator<no_bytes>::value);
+  CHECK_FALSE(comp::is_compensator<int>::value);
+}

@@ -2,7 +2,10 @@
 #include <echo/quant/group_params.cuh>
 #include <echo/quant/naive_zero_point.cuh>
 #include <echo/quant/none.cuh>
+#include <echo/quant/rotated.cuh>
+#include <echo/quant/clipped.cuh>
 #include <echo/quant/symmetric.cuh>
+#include <echo/quant/traits.cuh>
 #include <echo/quant/zero_aware.cuh>
 
 #include <doctest/doctest.h>
@@ -133,4 +136,45 @@ TEST_CASE("affine_decode: the one-fma decode of 4-bit codes is exact for every s
   check_affine_decode<eq::zero_aware<4, 32>>(zs);
   check_affine_decode<eq::symmetric<4, 128>>({0});
   static_assert(!eq::naive_zero_point<4, 128>::affine_decode, "naive_zero_point decodes offset + q s");
+}
+
+namespace {
+// What quant/traits.cuh must refuse: a group quantizer without decode, one with an unsupported
+// group, one whose encode returns another type, and a type that names nothing.
+struct no_decode {
+  static constexpr const char* name = "no_decode";
+  static constexpr bool quantizes = true, holds_zero = true, affine_decode = false;
+  static constexpr int bits = 4, group = 128;
+  static constexpr uint32_t max_code = 15;
+  static eq::wire_params fit(eq::group_stats) { return {}; }
+  static eq::group_params unpack(eq::wire_params) { return {}; }
+  static float position(float x, const eq::group_params&) { return x; }
+  static uint32_t encode(float, const eq::group_params&) { return 0; }
+};
+struct with_decode : no_decode {
+  static float decode(uint32_t, const eq::group_params&) { return 0.0f; }
+};
+struct odd_group : with_decode {
+  static constexpr int group = 48;
+};
+struct float_codes : with_decode {
+  static float encode(float, const eq::group_params&) { return 0.0f; }
+};
+struct nameless {};
+}  // namespace
+
+TEST_CASE("the quantizer contract as traits: every shipped quantizer meets it, a broken one does not") {
+  static_assert(eq::is_group_quantizer<eq::zero_aware<4, 128>>::value && eq::is_group_quantizer<eq::symmetric<8, 32>>::value &&
+                    eq::is_group_quantizer<eq::naive_zero_point<2, 256>>::value &&
+                    eq::is_group_quantizer<eq::rotated<eq::zero_aware<4, 64>>>::value &&
+                    eq::is_group_quantizer<eq::clipped<eq::zero_aware<4, 128>, 870>>::value,
+                "the group quantizers");
+  static_assert(eq::is_quantizer<eq::none>::value && !eq::is_group_quantizer<eq::none>::value, "none sends values as they are");
+  CHECK(eq::is_group_quantizer<with_decode>::value);
+  CHECK_FALSE(eq::is_group_quantizer<no_decode>::value);
+  CHECK_FALSE(eq::is_quantizer<no_decode>::value);
+  CHECK_FALSE(eq::is_group_quantizer<odd_group>::value);
+  CHECK_FALSE(eq::is_group_quantizer<float_codes>::value);
+  CHECK_FALSE(eq::is_quantizer<nameless>::value);
+  CHECK_FALSE(eq::is_quantizer<int>::value);
 }

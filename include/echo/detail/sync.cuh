@@ -68,10 +68,6 @@ __device__ __forceinline__ uint32_t load_relaxed_sys(const uint32_t* p) {
       .load(cuda::memory_order_relaxed);
 }
 
-__device__ __forceinline__ void store_relaxed_sys(uint32_t* p, uint32_t v) {
-  cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).store(v, cuda::memory_order_relaxed);
-}
-
 __device__ __forceinline__ uint64_t global_timer_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

@@ -14,12 +14,14 @@
 
 #include "../comp/error_feedback.cuh"
 #include "../comp/none.cuh"
+#include "../comp/traits.cuh"
 #include "../detail/fp_ops.cuh"
 #include "../detail/partition.cuh"
 #include "../dtype.cuh"
 #include "../error.cuh"
 #include "../quant/closing.cuh"
 #include "../quant/packet.cuh"
+#include "../quant/traits.cuh"
 #include "../quant/transform.cuh"
 #include "chain_state.cuh"
 
@@ -56,6 +58,13 @@ std::vector<float> round_trip(const float* v, size_t len, quant::group_params* b
 
 template <class Quant, class Comp = comp::none>
 class all_reduce {
+  static_assert(quant::is_quantizer<Quant>::value,
+                "echo::reference::all_reduce: Quant is not a quantizer: it needs name, quantizes, bits, group and "
+                "holds_zero, and, when it quantizes, a supported (bits, group) and fit / unpack / position / encode / "
+                "decode (quant/group_params.cuh)");
+  static_assert(comp::is_compensator<Comp>::value,
+                "echo::reference::all_reduce: Comp is not a compensator: it needs name, keeps_state and state_bytes(n), "
+                "and, when it keeps state, a storage and keep(e) (comp/compensator.cuh)");
   static_assert(comp::holds_errors_of<Comp, Quant>::value,
                 "echo::reference::all_reduce: a clipped quantizer's errors exceed what step8_state / step4_state hold (+-0.99 / "
                 "+-0.875 data steps); keep them as comp::int8_state, int4_state or an element type");

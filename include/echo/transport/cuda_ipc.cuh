@@ -276,8 +276,6 @@ struct cuda_ipc {
     }
 
     size_t workspace_bytes() const { return buffer_ ? buffer_->bytes() : 0; }
-    /// Where a message of this object streams through (both rings of every peer).
-    size_t ring_bytes() const { return 2 * static_cast<size_t>(comm_.size()) * layout_.ring_bytes; }
     /// The most ranks of the communicator on one GPU; grids are cut by it on every rank alike.
     int ranks_per_device() const { return buffer_ ? buffer_->ranks_per_device() : 1; }
     /// What a launch reported (0: nothing; else an echo::status code, sticky).
