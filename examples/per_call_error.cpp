@@ -65,7 +65,9 @@ std::vector<bf16> device_call(const std::vector<std::vector<bf16>>& x) {
     ECHO_CUDA_TRY(cudaSetDevice(devs[r]));
     ECHO_CUDA_TRY(cudaMalloc(&buf[r], n * sizeof(bf16)));
     ECHO_CUDA_TRY(cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking));
-    ECHO_CUDA_TRY(cudaMemcpy(buf[r], x[r].data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+    // on the call's stream: a plain cudaMemcpy from pageable memory may return before its DMA
+    // lands, and a call on a non-blocking stream would not wait for it
+    ECHO_CUDA_TRY(cudaMemcpyAsync(buf[r], x[r].data(), n * sizeof(bf16), cudaMemcpyHostToDevice, st[r]));
   }
   for (int r = 0; r < P; ++r) {  // one thread launches every rank: cuda_ipc does not mind
     ECHO_CUDA_TRY(cudaSetDevice(devs[r]));

@@ -96,7 +96,9 @@ void scenario(const echo::communicator& comm, uint64_t seed, std::vector<size_t>
     const size_t n = k < sizes.size() ? sizes[k] : sizes.back();
     std::vector<std::vector<T>> x(static_cast<size_t>(P));
     for (auto& v : x) v = echo_test::random_elements<T>(rng, n);
-    ECHO_CUDA_TRY(cudaMemcpy(in, x[rank].data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    // on the call's stream: a plain cudaMemcpy from pageable memory may return before its DMA
+    // lands, and the call's stream is non-blocking
+    ECHO_CUDA_TRY(cudaMemcpyAsync(in, x[rank].data(), n * sizeof(T), cudaMemcpyHostToDevice, stream));
     if (k < sizes.size()) {
       EXPECT(ar(in, in_place ? in : out, n, stream, ch.get()) == echo::status::success);
     } else {
