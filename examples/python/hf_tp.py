@@ -53,7 +53,10 @@ def blocks_only_plan(path):
 
     with torch.device("meta"):
         plan = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path, gguf_file=GGUF)).tp_plan
-    return {k: v for k, v in plan.items() if ".layers.*." in k}
+    blocks = {k: v for k, v in plan.items() if ".layers.*." in k}
+    # no gathered output may stay in the blocks either (the crash above), and the blocks must be split
+    assert blocks and all(v in ("colwise", "rowwise") for v in blocks.values()), blocks
+    return blocks
 
 
 def load(args, dev):

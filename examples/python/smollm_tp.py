@@ -13,7 +13,7 @@ deployment sends them; the exact baseline `nccl` is the bf16 NCCL all-reduce (`n
 sends fp32 messages: the model without any all-reduce rounding). Split: attention by
 KV group, the 3 KV groups dealt contiguously (rank 0: groups 0-1 = query heads 0-5, rank 1:
 group 2 = heads 6-8; at TP = 4 the last rank holds none and adds zeros) -- heads are independent,
-so any split is exact, and the uneven one costs only balance; the MLP in halves (768 + 768); embedding, norms and the tied head replicated. Two
+so any split is exact, and the uneven one costs only balance; the MLP split evenly (768 + 768 at TP = 2); embedding, norms and the tied head replicated. Two
 all-reduces a layer (after attention, after the MLP): 60 a forward pass, one chain per pass.
 """
 import argparse

@@ -12,6 +12,7 @@
 
 #include "comp/compensator.cuh"
 #include "comp/none.cuh"
+#include "detail/blocking_copy.cuh"
 #include "detail/cuda_check.cuh"
 #include "detail/device_guard.cuh"
 #include "dtype.cuh"
@@ -69,7 +70,7 @@ class chain {
     ECHO_CUDA_TRY(cudaGetDevice(&device_));
     bytes_ = Comp::state_bytes(capacity);
     ECHO_CUDA_TRY(cudaMalloc(&data_, bytes_));
-    ECHO_CUDA_TRY(cudaMemset(data_, 0, bytes_));
+    ECHO_CUDA_TRY(detail::write_device_now(data_, nullptr, bytes_));  // done before any call reads it
   }
   chain(chain&& o) noexcept { swap(o); }
   chain& operator=(chain&& o) noexcept {

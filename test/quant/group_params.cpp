@@ -146,6 +146,7 @@ struct no_decode {
   static constexpr bool quantizes = true, holds_zero = true, affine_decode = false;
   static constexpr int bits = 4, group = 128;
   static constexpr uint32_t max_code = 15;
+  static constexpr size_t code_bytes = 64, param_bytes = 4;
   static eq::wire_params fit(eq::group_stats) { return {}; }
   static eq::group_params unpack(eq::wire_params) { return {}; }
   static float position(float x, const eq::group_params&) { return x; }
@@ -159,6 +160,17 @@ struct odd_group : with_decode {
 };
 struct float_codes : with_decode {
   static float encode(float, const eq::group_params&) { return 0.0f; }
+};
+struct no_sizes {  // everything but the packet's sizes (code_bytes, param_bytes)
+  static constexpr const char* name = "no_sizes";
+  static constexpr bool quantizes = true, holds_zero = true, affine_decode = false;
+  static constexpr int bits = 4, group = 128;
+  static constexpr uint32_t max_code = 15;
+  static eq::wire_params fit(eq::group_stats) { return {}; }
+  static eq::group_params unpack(eq::wire_params) { return {}; }
+  static float position(float x, const eq::group_params&) { return x; }
+  static uint32_t encode(float, const eq::group_params&) { return 0; }
+  static float decode(uint32_t, const eq::group_params&) { return 0.0f; }
 };
 struct nameless {};
 }  // namespace
@@ -175,6 +187,7 @@ TEST_CASE("the quantizer contract as traits: every shipped quantizer meets it, a
   CHECK_FALSE(eq::is_quantizer<no_decode>::value);
   CHECK_FALSE(eq::is_group_quantizer<odd_group>::value);
   CHECK_FALSE(eq::is_group_quantizer<float_codes>::value);
+  CHECK_FALSE(eq::is_group_quantizer<no_sizes>::value);
   CHECK_FALSE(eq::is_quantizer<nameless>::value);
   CHECK_FALSE(eq::is_quantizer<int>::value);
 }

@@ -30,7 +30,8 @@ struct has_group_ops<Q, std::void_t<decltype(Q::fit(std::declval<group_stats>())
                                     decltype(Q::position(0.0f, std::declval<const group_params&>())),
                                     decltype(Q::encode(0.0f, std::declval<const group_params&>())),
                                     decltype(Q::decode(uint32_t{}, std::declval<const group_params&>())),
-                                    decltype(Q::max_code), decltype(Q::affine_decode)>>
+                                    decltype(Q::max_code), decltype(Q::affine_decode), decltype(Q::code_bytes),
+                                    decltype(Q::param_bytes)>>
     : std::bool_constant<std::is_same<decltype(Q::fit(std::declval<group_stats>())), wire_params>::value &&
                          std::is_same<decltype(Q::unpack(std::declval<wire_params>())), group_params>::value &&
                          std::is_same<decltype(Q::position(0.0f, std::declval<const group_params&>())), float>::value &&
@@ -39,7 +40,8 @@ struct has_group_ops<Q, std::void_t<decltype(Q::fit(std::declval<group_stats>())
 }  // namespace detail
 
 /// Whether Q is a group quantizer: name, bits and group of a supported pair, quantizes, holds_zero,
-/// max_code, affine_decode, and fit / unpack / position / encode / decode with the contract's types.
+/// max_code, affine_decode, code_bytes, param_bytes (static constants: group_contract has them),
+/// and fit / unpack / position / encode / decode with the contract's types.
 template <class Q, class = void>
 struct is_group_quantizer : std::false_type {};
 template <class Q>

@@ -14,6 +14,7 @@
 #include "../collective/plan.cuh"
 #include "../collective/tier.cuh"
 #include "../communicator.cuh"
+#include "../detail/blocking_copy.cuh"
 #include "../detail/ceil_div.cuh"
 #include "../detail/collective_setup.cuh"
 #include "../detail/cuda_check.cuh"
@@ -439,7 +440,7 @@ struct cuda_ipc {
         std::vector<unsigned char*> peers(static_cast<size_t>(P));
         for (int r = 0; r < P; ++r) peers[static_cast<size_t>(r)] = buffer_->peer_data(r);
         ECHO_CUDA_TRY(cudaMalloc(&d_peers_, sizeof(void*) * peers.size()));
-        ECHO_CUDA_TRY(cudaMemcpy(d_peers_, peers.data(), sizeof(void*) * peers.size(), cudaMemcpyHostToDevice));
+        ECHO_CUDA_TRY(echo::detail::write_device_now(d_peers_, peers.data(), sizeof(void*) * peers.size()));
         ECHO_REQUIRE(buffer_->ranks_per_device() >= 1, call, "no rank on this device");
         // Every kernel a call may launch, loaded now (detail/preload.cuh: ranks sharing a GPU).
         preload<float>();

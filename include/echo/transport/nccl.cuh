@@ -5,6 +5,7 @@
 #include "../collective/pipeline_policy.cuh"
 #include "../collective/staged_kernels.cuh"
 #include "../communicator.cuh"
+#include "../detail/blocking_copy.cuh"
 #include "../detail/ceil_div.cuh"
 #include "../detail/collective_setup.cuh"
 #include "../detail/cuda_check.cuh"
@@ -238,7 +239,7 @@ struct nccl {
         const size_t slot = std::max(min_slot_bytes, std::min(seg * 4, opt.workspace_bytes / (sets * slots()))) & ~size_t(255);
         bytes_ = sets * slots() * (slot + collective::slot_header::bytes);
         ECHO_CUDA_TRY(cudaMalloc(&base_, bytes_));
-        ECHO_CUDA_TRY(cudaMemset(base_, 0, bytes_));
+        ECHO_CUDA_TRY(echo::detail::write_device_now(base_, nullptr, bytes_));  // done before the first call
         ECHO_CUDA_TRY(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
         for (auto& e : events_) ECHO_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
       });
