@@ -29,7 +29,6 @@ namespace echo_test {
 
 #define ECHO_TEST_CUDA(expr) REQUIRE_MESSAGE((expr) == cudaSuccess, #expr ": ", cudaGetErrorString(cudaGetLastError()))
 
-/// The seed of this test run (ECHO_TEST_SEED replays one), printed by every failing check.
 /// Copy bytes from host memory to the device and wait until they are there. cudaMemcpy from
 /// pageable memory may return once the bytes are staged, before its DMA lands (CUDA's "API
 /// synchronization behavior"), and a kernel launched next on a non-blocking stream (every stream
@@ -39,6 +38,7 @@ inline cudaError_t upload_bytes(void* dst, const void* src, size_t bytes) {
   return e != cudaSuccess ? e : cudaStreamSynchronize(nullptr);  // the stream cudaMemcpy used
 }
 
+/// The seed of this test run (ECHO_TEST_SEED replays one), printed by every failing check.
 inline uint64_t seed() {
   static const uint64_t s = fresh_seed();
   return s;
