@@ -316,7 +316,7 @@ void set_epochs(RC& rc, uint64_t epoch) {
     ECHO_TEST_CUDA(cudaStreamSynchronize(rc.stream(r)));
     unsigned char* w = rc.ar(r).engine().workspace();
     REQUIRE(w != nullptr);
-    ECHO_TEST_CUDA(upload_bytes(w + 4 * echo::detail::sync_words::epoch, &epoch, sizeof epoch));
+    ECHO_TEST_CUDA(echo::detail::write_device_now(w + 4 * echo::detail::sync_words::epoch, &epoch, sizeof epoch));
   }
 }
 

@@ -113,7 +113,7 @@ class soak_of : public soak_object {
     for (int k = 0; k < P_; ++k) {
       x[k] = random_elements<T>(r, n);
       cudaSetDevice(in_[k].device);
-      REQUIRE(upload_bytes(in_[k].ptr, x[k].data(), n * sizeof(T)) == cudaSuccess);
+      REQUIRE(echo::detail::write_device_now(in_[k].ptr, x[k].data(), n * sizeof(T)) == cudaSuccess);
     }
     std::vector<echo::status> st(static_cast<size_t>(P_));
     const auto mode = deferred ? echo::state_update::deferred : echo::state_update::fused;

@@ -29,15 +29,6 @@ namespace echo_test {
 
 #define ECHO_TEST_CUDA(expr) REQUIRE_MESSAGE((expr) == cudaSuccess, #expr ": ", cudaGetErrorString(cudaGetLastError()))
 
-/// Copy bytes from host memory to the device and wait until they are there. cudaMemcpy from
-/// pageable memory may return once the bytes are staged, before its DMA lands (CUDA's "API
-/// synchronization behavior"), and a kernel launched next on a non-blocking stream (every stream
-/// of these tests) does not wait for it: it could read the buffer's old contents.
-inline cudaError_t upload_bytes(void* dst, const void* src, size_t bytes) {
-  const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
-  return e != cudaSuccess ? e : cudaStreamSynchronize(nullptr);  // the stream cudaMemcpy used
-}
-
 /// The seed of this test run (ECHO_TEST_SEED replays one), printed by every failing check.
 inline uint64_t seed() {
   static const uint64_t s = fresh_seed();
@@ -170,7 +161,8 @@ struct device_buffer {
   }
   void upload(const std::vector<T>& h) {
     cudaSetDevice(device);
-    REQUIRE(upload_bytes(ptr, h.data(), h.size() * sizeof(T)) == cudaSuccess);
+    // done on return: a pageable cudaMemcpy may not be, and the tests' streams are non-blocking
+    REQUIRE(echo::detail::write_device_now(ptr, h.data(), h.size() * sizeof(T)) == cudaSuccess);
   }
   std::vector<T> download(size_t count) const {
     std::vector<T> h(count);
