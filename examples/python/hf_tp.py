@@ -43,30 +43,15 @@ VARIANTS = {
 }
 
 
-def blocks_only_plan(path):
-    """transformers' own plan for the model, its decoder blocks only: the embedding and the head
-    (tied in SmolLM2) stay whole on every rank. For ranks sharing one GPU, which run over gloo
-    (NCCL refuses two ranks on one device): torch 2.11's gloo crashes (SIGSEGV) in the all-gather
-    of CUDA tensors that the head's `colwise_gather_output` makes. The blocks' split, and so every
-    all-reduce Echo serves, is the same as under "auto"."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    with torch.device("meta"):
-        plan = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path, gguf_file=GGUF)).tp_plan
-    blocks = {k: v for k, v in plan.items() if ".layers.*." in k}
-    # no gathered output may stay in the blocks either (the crash above), and the blocks must be split
-    assert blocks and all(v in ("colwise", "rowwise") for v in blocks.values()), blocks
-    return blocks
-
-
 def load(args, dev):
+    from echo_allreduce import hf
     from torch.distributed.device_mesh import init_device_mesh
     from transformers import AutoModelForCausalLM
 
     # transformers places rank r's shard on cuda:LOCAL_RANK: the GPU this rank was given
     os.environ["LOCAL_RANK"] = str(dev.index if dev.type == "cuda" else 0)
     mesh = init_device_mesh(dev.type, (dist.get_world_size(),))
-    plan = blocks_only_plan(args.data) if args.share_gpu or args.blocks_only else "auto"
+    plan = hf.blocks_only_plan(args.data, gguf_file=GGUF) if args.share_gpu or args.blocks_only else "auto"
     return AutoModelForCausalLM.from_pretrained(args.data, gguf_file=GGUF, tp_plan=plan, device_mesh=mesh,
                                                 dtype=torch.float32)
 

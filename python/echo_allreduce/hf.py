@@ -250,6 +250,25 @@ def patch(model: nn.Module, comm: Optional[EchoAllReduce] = None, *, max_tokens:
     return p
 
 
+def blocks_only_plan(path: str, **config_kwargs) -> dict:
+    """transformers' own tensor-parallel plan for the model at ``path``, its decoder blocks only:
+    the embedding and the head stay whole on every rank. Pass it as ``from_pretrained(...,
+    tp_plan=blocks_only_plan(path))`` where ranks share one GPU and so run over gloo (NCCL refuses
+    two ranks on one device): torch 2.11's gloo crashes (SIGSEGV) in the all-gather of CUDA tensors
+    that the head's ``colwise_gather_output`` makes. The blocks' split, and so every all-reduce
+    Echo serves, is the one ``tp_plan="auto"`` gives. ``config_kwargs`` go to
+    ``AutoConfig.from_pretrained`` (e.g. ``gguf_file=``)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        plan = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path, **config_kwargs)).tp_plan
+    blocks = {k: v for k, v in (plan or {}).items() if ".layers.*." in k}
+    if not blocks or any(v not in ("colwise", "rowwise") for v in blocks.values()):
+        raise ValueError(f"echo_allreduce.hf.blocks_only_plan: the model's blocks have no plain colwise / rowwise "
+                         f"split to keep: {blocks}")
+    return blocks
+
+
 def unpatch(model: nn.Module, close_comm: bool = True) -> None:
     """Undo :func:`patch` (a model that is not patched is left as it is); see EchoPatch.remove."""
     p = getattr(model, "_echo_patch", None)

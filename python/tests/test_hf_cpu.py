@@ -247,3 +247,22 @@ def _misuse(rank, world, llama, olmo2):
 
 def test_misuse_and_post_block_norms(models):
     run_ranks(_misuse, world=P, args=(models["llama"], models["olmo2"]))
+
+
+def test_blocks_only_plan_keeps_the_blocks_split_of_auto(models):
+    """blocks_only_plan is transformers' own plan less what lies outside the decoder blocks: the same
+    row- and column-parallel split of every block (so the same all-reduces), the head left whole."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from echo_allreduce import hf
+
+    path = models["llama"]
+    with torch.device("meta"):
+        auto = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path)).tp_plan
+    plan = hf.blocks_only_plan(path)
+    assert plan == {k: v for k, v in auto.items() if ".layers.*." in k}
+    assert any(v == "rowwise" for v in plan.values()) and any(v == "colwise" for v in plan.values())
+    assert len(plan) < len(auto)
+    # OLMo 2's blocks gather q / k for their norms (colwise_gather_output): the crash it avoids is in them
+    with pytest.raises(ValueError, match="no plain colwise / rowwise split"):
+        hf.blocks_only_plan(models["olmo2"])

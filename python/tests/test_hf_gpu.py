@@ -48,13 +48,8 @@ def _body(rank, world, path):
     torch.cuda.set_device(local)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local))
     mesh = init_device_mesh("cuda", (world,))
-    plan = "auto"
-    if SHARED:  # gloo crashes gathering CUDA tensors (the head's output): split the blocks only (hf_tp.py)
-        from transformers import AutoConfig
-
-        with torch.device("meta"):
-            plan = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path)).tp_plan
-        plan = {k: v for k, v in plan.items() if ".layers.*." in k}
+    # gloo (ranks sharing a GPU) crashes gathering CUDA tensors (the head's output): the blocks only
+    plan = hf.blocks_only_plan(path) if SHARED else "auto"
     model = AutoModelForCausalLM.from_pretrained(path, tp_plan=plan, device_mesh=mesh, dtype=torch.bfloat16)
     g = torch.Generator().manual_seed(1)
     ids = [torch.randint(0, 96, (2, 48), generator=g).cuda() for _ in range(2)]
