@@ -35,7 +35,7 @@ namespace {
   } while (0)
 
 using bf16 = echo::bfloat16_t;
-using default_policy = echo::collective::default_policy;
+using default_policy = echo::tuning::default_policy;
 
 __global__ void fill(bf16* x, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -49,12 +49,12 @@ __global__ void fill(bf16* x, size_t n, uint32_t seed) {
 template <class Q, class Comp, class policy = default_policy>
 void profile(const char* label, size_t n, int reps) {
   using Cfg = echo::collective::tile_config<Q, bf16, Comp, policy>;
-  namespace col = echo::collective;
+  namespace staged = echo::transport::nccl;
   const int P = 2;
   const size_t granule = echo::detail::granule_of<Q>();
   const echo::detail::partition part{n, granule, P};
   const size_t subs = echo::detail::ceil_div(part.size(0), Cfg::sub_elems);
-  const size_t slot = col::slot_header::bytes + subs * Cfg::sub_bytes;
+  const size_t slot = staged::slot_header::bytes + subs * Cfg::sub_bytes;
   const size_t slot_bytes = (slot + 255) & ~size_t(255);
   bf16 *in = nullptr, *out = nullptr;
   unsigned char *ws = nullptr, *state = nullptr;
@@ -76,7 +76,7 @@ void profile(const char* label, size_t n, int reps) {
   fill<<<1024, 256>>>(in, n, 12345u);
   ECHO_PROFILE_CHECK(cudaGetLastError());
 
-  col::chunk_params c{};
+  staged::chunk_params c{};
   c.n = n;
   c.chain_key = echo::comp::state_header::key(n, Cfg::domain);
   c.element_type = static_cast<unsigned>(echo::element_traits<typename Cfg::element>::tag);
@@ -93,7 +93,7 @@ void profile(const char* label, size_t n, int reps) {
   c.reduced = ws + 2 * P * slot_bytes;
   c.gathered = ws + (2 * P + 1) * slot_bytes;
   c.state = state;
-  c.end_chain = echo::collective::chain_end::none;  // the tag stays: every repetition continues the chain
+  c.end_chain = staged::chain_end::none;  // the tag stays: every repetition continues the chain
   c.status = status;
 
   int sms = 0;
@@ -107,9 +107,9 @@ void profile(const char* label, size_t n, int reps) {
   for (int r = 0; r < reps; ++r) {
     for (int k = 0; k < 3; ++k) {
       ECHO_PROFILE_CHECK(cudaEventRecord(a));
-      if (k == 0) col::push_kernel<Cfg><<<grid, Cfg::threads>>>(c, in, true);
-      if (k == 1) col::reduce_kernel<Cfg><<<grid, Cfg::threads>>>(c, in, out);
-      if (k == 2) col::gather_kernel<Cfg><<<grid, Cfg::threads>>>(c, out);
+      if (k == 0) staged::push_kernel<Cfg><<<grid, Cfg::threads>>>(c, in, true);
+      if (k == 1) staged::reduce_kernel<Cfg><<<grid, Cfg::threads>>>(c, in, out);
+      if (k == 2) staged::gather_kernel<Cfg><<<grid, Cfg::threads>>>(c, out);
       ECHO_PROFILE_CHECK(cudaEventRecord(b));
       ECHO_PROFILE_CHECK(cudaEventSynchronize(b));
       float t = 0;
@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
   profile<quant::zero_aware<8, 128>, comp::error_feedback<>>("int8_ef", n, reps);
   profile<quant::none, comp::none>("none16", n, reps);
   if (policies) {  // the staged kernels at other occupancies (they never spin, so any grid is safe)
-    using collective::pipeline_policy;
+    using tuning::pipeline_policy;
     using ef = comp::error_feedback<>;
     profile<quant::zero_aware<4, 128>, comp::none, pipeline_policy<256, 3>>("int4 t256x3", n, reps);
     profile<quant::zero_aware<4, 128>, comp::none, pipeline_policy<256, 4>>("int4 t256x4", n, reps);

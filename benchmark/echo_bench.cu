@@ -63,23 +63,23 @@ using ef4 = echo::comp::error_feedback<echo::comp::int4_state>;
 using ef8 = echo::comp::error_feedback<echo::comp::int8_state>;
 using ef16 = echo::comp::error_feedback<echo::bfloat16_t>;
 using efs4 = echo::comp::error_feedback<echo::comp::step4_state>;
-using ipc = echo::transport::cuda_ipc;
-using nccl_transport = echo::transport::nccl;
-using default_policy = echo::collective::default_policy;
+using ipc = echo::transport::cuda_ipc::tag;
+using nccl_transport = echo::transport::nccl::tag;
+using default_policy = echo::tuning::default_policy;
 template <int Threads, int Blocks, int FlagElems = 8192, int LaneValues = 16, int Lag = 1>
-using policy = echo::collective::pipeline_policy<Threads, Blocks, FlagElems, LaneValues, Lag>;
+using policy = echo::tuning::pipeline_policy<Threads, Blocks, FlagElems, LaneValues, Lag>;
 /// A policy whose warps ask L2 for the input Prefetch sub-tiles ahead (pipeline_policy::prefetch).
 template <int Threads, int Blocks, int LaneValues, int Prefetch, int Lag = 1, int FlagElems = 8192>
-using prefetching = echo::collective::pipeline_policy<Threads, Blocks, FlagElems, LaneValues, Lag, void, Prefetch>;
+using prefetching = echo::tuning::pipeline_policy<Threads, Blocks, FlagElems, LaneValues, Lag, void, Prefetch>;
 /// The default policy's parts, each alone at every size: its narrow policy, and the mid and wide
-/// policies each configuration gets (collective::wide_policy_t: lean for 4-bit without state,
+/// policies each configuration gets (tuning::wide_policy_t: lean for 4-bit without state,
 /// stateful for 4-bit with error feedback (the heavy policies by default), heavy for 8-bit, plain
 /// for the 16-bit pipeline without state).
-using narrow = echo::collective::pipeline_policy<>;
+using narrow = echo::tuning::pipeline_policy<>;
 template <class Q, class C>
-using wide = echo::collective::wide_policy_t<default_policy, Q, C>;
+using wide = echo::tuning::wide_policy_t<default_policy, Q, C>;
 template <class Q, class C>
-using mid = echo::collective::mid_policy_t<default_policy, Q, C>;
+using mid = echo::tuning::mid_policy_t<default_policy, Q, C>;
 constexpr bool dispatched = false;
 
 std::unique_ptr<runner> make_nccl(bench_context& ctx) { return std::make_unique<nccl_runner>(ctx, ncclBfloat16); }

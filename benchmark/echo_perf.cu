@@ -176,7 +176,7 @@ options parse(int argc, char** argv) {
   if (o.min_bytes > o.max_bytes) throw usage_error("-b is larger than -e");
   if (o.share && o.gpus < 2) throw usage_error("-S 1 needs -g RANKS (at least 2)");
   if (o.profile && o.cfg.transport == transport_kind::nccl)
-    throw usage_error("-P 1 needs -t cuda_ipc (transport::nccl's ranks launch from threads of their own)");
+    throw usage_error("-P 1 needs -t cuda_ipc (transport::nccl::tag's ranks launch from threads of their own)");
   (void)factory_of(o.cfg);
   return o;
 }

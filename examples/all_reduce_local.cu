@@ -20,7 +20,7 @@
 using bf16 = echo::bfloat16_t;
 using Q = echo::quant::zero_aware<4, 128>;     // 4-bit codes, groups of 128
 using C = echo::comp::error_feedback<>;      // errors fed forward (as step8 codes, the default)
-using AR = echo::all_reduce<Q, echo::transport::cuda_ipc, C>;
+using AR = echo::all_reduce<Q, echo::transport::cuda_ipc::tag, C>;
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include "rank_pool.hpp"
 
 #include <echo/communicator.cuh>
-#include <echo/transport/cuda_ipc.cuh>
+#include <echo/transport/cuda_ipc/tag.cuh>
 #include <echo/dtype.cuh>
 
 #include <cmath>

@@ -16,15 +16,15 @@
 namespace echo_bench {
 
 /// echo::all_reduce<Q, Transport, C, Policy> on T, one object (and, with state, one chain) a rank.
-template <class Q, class C, class T, class Transport = echo::transport::cuda_ipc,
-          class Policy = echo::collective::default_policy>
+template <class Q, class C, class T, class Transport = echo::transport::cuda_ipc::tag,
+          class Policy = echo::tuning::default_policy>
 class echo_runner final : public runner {
   using AR = echo::all_reduce<Q, Transport, C, Policy>;
   static constexpr bool stateful = C::keeps_state;
   struct no_chain {};
   using chain_t = std::conditional_t<stateful, typename AR::chain_type, no_chain>;
   // transport::nccl issues ncclSend/ncclRecv group calls inside every call: one thread a rank.
-  static constexpr bool needs_threads = std::is_same<Transport, echo::transport::nccl>::value;
+  static constexpr bool needs_threads = std::is_same<Transport, echo::transport::nccl::tag>::value;
 
  public:
   echo_runner(bench_context& ctx, const echo_runner_options& o)
@@ -62,7 +62,7 @@ class echo_runner final : public runner {
 
   void call(size_t n, bool in_place) override {
     if constexpr (needs_threads)
-      throw std::logic_error("echo_bench: a transport::nccl runner driven from one thread (would deadlock)");
+      throw std::logic_error("echo_bench: a transport::nccl::tag runner driven from one thread (would deadlock)");
     echo::status st = echo::status::success;
     int bad = -1;
     for (int r = 0; r < ctx_.size() && st == echo::status::success; ++r) {

@@ -12,8 +12,8 @@ std::unique_ptr<runner> make_for(bench_context& ctx, const config& c, const echo
   return echo::dispatch_dtype(c.type, [&](auto tag) -> std::unique_ptr<runner> {
     using T = decltype(tag);
     using ef = echo::comp::error_feedback<>;  // the default state (step8)
-    using ipc = echo::transport::cuda_ipc;
-    using nccl = echo::transport::nccl;
+    using ipc = echo::transport::cuda_ipc::tag;
+    using nccl = echo::transport::nccl::tag;
     const bool with_ef = c.comp == comp_kind::error_feedback;
     if (c.transport == transport_kind::cuda_ipc) {
       if (with_ef) return std::make_unique<echo_bench::echo_runner<Q, ef, T, ipc>>(ctx, o);
@@ -29,7 +29,7 @@ std::unique_ptr<runner> make_for(bench_context& ctx, const config& c, const echo
 /// factory_of refuses other transports and types.
 template <class Q, class Ef>
 std::unique_ptr<runner> make_lean(bench_context& ctx, const config& c, const echo_runner_options& o) {
-  using ipc = echo::transport::cuda_ipc;
+  using ipc = echo::transport::cuda_ipc::tag;
   if (c.comp == comp_kind::error_feedback) return std::make_unique<echo_bench::echo_runner<Q, Ef, echo::bfloat16_t, ipc>>(ctx, o);
   return std::make_unique<echo_bench::echo_runner<Q, echo::comp::none, echo::bfloat16_t, ipc>>(ctx, o);
 }

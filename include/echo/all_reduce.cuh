@@ -19,7 +19,6 @@
 
 #include "chain.cuh"
 #include "collective/config.cuh"
-#include "collective/pipeline_policy.cuh"
 #include "collective/state_kernels.cuh"
 #include "communicator.cuh"
 #include "comp/error_feedback.cuh"
@@ -32,7 +31,6 @@
 #include "detail/partition.cuh"
 #include "detail/preload.cuh"
 #include "detail/signature.cuh"
-#include "dispatch_table.cuh"
 #include "dtype.cuh"
 #include "options.cuh"
 #include "quant/clipped.cuh"
@@ -40,8 +38,10 @@
 #include "quant/none.cuh"
 #include "quant/traits.cuh"
 #include "quant/transform.cuh"
-#include "transport/cuda_ipc.cuh"
+#include "transport/cuda_ipc/tag.cuh"
 #include "transport/traits.cuh"
+#include "tuning/dispatch_table.cuh"
+#include "tuning/pipeline_policy.cuh"
 
 #include <array>
 #include <cmath>
@@ -56,21 +56,12 @@ namespace echo {
 /// Stands in for the chain argument when the compensator keeps no state.
 struct no_chain {};
 
-template <class Quant, class Transport = transport::cuda_ipc, class Comp = comp::none,
-          class Policy = collective::default_policy>
+template <class Quant, class Transport = transport::cuda_ipc::tag, class Comp = comp::none,
+          class Policy = tuning::default_policy>
 class all_reduce {
-  static_assert(quant::is_quantizer<Quant>::value,
-                "echo::all_reduce: Quant is not a quantizer: it needs name, quantizes, bits, group and holds_zero, and, "
-                "when it quantizes, a supported (bits, group) and fit / unpack / position / encode / decode "
-                "(quant/group_params.cuh)");
-  static_assert(comp::is_compensator<Comp>::value,
-                "echo::all_reduce: Comp is not a compensator: it needs name, keeps_state and state_bytes(n), and, when it "
-                "keeps state, a storage and keep(e) (comp/compensator.cuh)");
+  static_assert(quant::check_quantizer<Quant>::value && comp::check_compensator<Comp, Quant>::value);
   static_assert(transport::is_transport_for<Transport, collective::config<Quant, Comp, Policy>>::value,
                 "echo::all_reduce: Transport is not a transport: it needs name and engine<Config> (transport/traits.cuh)");
-  static_assert(comp::holds_errors_of<Comp, Quant>::value,
-                "echo::all_reduce: a clipped quantizer's errors exceed what step8_state / step4_state hold (+-0.99 / "
-                "+-0.875 data steps); keep them as comp::int8_state, int4_state or an element type");
   using engine_type = typename Transport::template engine<collective::config<Quant, Comp, Policy>>;
 
  public:
@@ -336,7 +327,7 @@ class all_reduce {
   template <class Q, class E>
   status launch_update(const E* in, size_t n, cudaStream_t stream, view_type state) {
     using Cfg = collective::tile_config<Q, E, Comp, Policy>;
-    const int grid = std::max(1, sms() * Policy::blocks_per_sm);
+    const int grid = std::max(1, sms_ * Policy::blocks_per_sm);
     // The launch's own status, not cudaGetLastError(): an error the caller left behind must not
     // fail an update that ran (an echo::chain would stay pending).
     if (detail::launch_dependent(collective::update_kernel<Cfg>, grid, Policy::threads, stream, false, in, state.data(), n,
@@ -400,12 +391,6 @@ class all_reduce {
     return nullptr;
   }
 
-  int sms() const {
-    int s = 1;
-    if (cudaDeviceGetAttribute(&s, cudaDevAttrMultiProcessorCount, comm_.device()) != cudaSuccess) (void)cudaGetLastError();
-    return s;
-  }
-
   /// What of a pipeline policy decides the kernels' work split (so it must agree on every rank).
   template <class W>
   static std::array<int, 5> policy_shape() {
@@ -431,7 +416,8 @@ class all_reduce {
                                 collective::update_kernel<collective::tile_config<quant::none, half_t, Comp, Policy>>,
                                 collective::update_kernel<collective::tile_config<quant::none, bfloat16_t, Comp, Policy>>);
       }
-      const dispatch_entry d = engine_->dispatch(comm_.size());
+      const tuning::dispatch_sizes d = engine_->dispatch(comm_.size()).sizes;
+      ECHO_CUDA_TRY(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, comm_.device()));
       unquantized_below_ =
           opt_.unquantized_below_bytes >= 0 ? static_cast<size_t>(opt_.unquantized_below_bytes) : d.unquantized_below;
       ECHO_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
@@ -468,9 +454,9 @@ class all_reduce {
     s.add(Comp::name);
     if constexpr (Comp::keeps_state) s.add(comp::state_storage<typename Comp::storage>::name);
     s.add(Transport::name);
-    for (const auto& w : {policy_shape<Policy>(), policy_shape<collective::wide_policy_t<Policy, Quant, Comp>>(),
-                          policy_shape<collective::wide_policy_t<Policy, quant::none, Comp>>(),
-                          policy_shape<collective::mid_policy_t<Policy, Quant, Comp>>()})
+    for (const auto& w : {policy_shape<Policy>(), policy_shape<tuning::wide_policy_t<Policy, Quant, Comp>>(),
+                          policy_shape<tuning::wide_policy_t<Policy, quant::none, Comp>>(),
+                          policy_shape<tuning::mid_policy_t<Policy, Quant, Comp>>()})
       for (const int v : w) s.add(static_cast<uint64_t>(v));
     config_signature_ = s.wide();
     const record mine{config_signature_, max_elements_, opt_.workspace_bytes, opt_.unquantized_below_bytes,
@@ -498,6 +484,7 @@ class all_reduce {
   size_t max_elements_;
   options opt_;
   size_t unquantized_below_ = 0;
+  int sms_ = 1;  ///< the device's SMs: the update kernel's grid
   uint64_t config_signature_ = 0;
   std::unique_ptr<engine_type> engine_;
   cudaEvent_t done_ = nullptr;       // the last call's completion (orders calls made on other streams)

@@ -17,7 +17,7 @@ using default_quantizer = quant::rotated<quant::clipped<quant::zero_aware<4, 128
 /// Error feedback with the error kept as 8-bit codes on a step fitted to each 32 errors: a clip's
 /// errors reach beyond the half step that comp::step8_state holds.
 using default_compensator = comp::error_feedback<comp::int8_state>;
-template <class Transport = transport::cuda_ipc>
+template <class Transport = transport::cuda_ipc::tag>
 using default_all_reduce = all_reduce<default_quantizer, Transport, default_compensator>;
 
 }  // namespace echo

@@ -91,8 +91,8 @@ TEST_CASE("deferred state update gives the fused result") {
   for (int k = 0; k < 4; ++k) rs.step(300001, false, k % 2 ? echo::state_update::fused : echo::state_update::deferred);
   reference_check<echo::quant::naive_zero_point<4, 128>, efs8, bf16> rn(300001);
   for (int k = 0; k < 4; ++k) rn.step(300001, false, k % 2 ? echo::state_update::fused : echo::state_update::deferred);
-  if (runnable<echo::transport::nccl>()) {
-    reference_check<za4, ef8, bf16, echo::transport::nccl> rc3(300001);
+  if (runnable<echo::transport::nccl::tag>()) {
+    reference_check<za4, ef8, bf16, echo::transport::nccl::tag> rc3(300001);
     for (int k = 0; k < 4; ++k) rc3.step(300001, false, k % 2 ? echo::state_update::deferred : echo::state_update::fused);
   }
 }
@@ -331,38 +331,38 @@ TEST_CASE("by default the dispatch table decides the unquantized threshold") {
   auto ars = make_all<echo::all_reduce<za4>>(1000);
   cudaDeviceProp prop{};
   ECHO_TEST_CUDA(cudaGetDeviceProperties(&prop, 0));
-  const auto d = echo::lookup_dispatch(prop.name, static_cast<int>(ars.size()), "cuda_ipc", "p2p");
+  const auto d = echo::tuning::lookup_dispatch(prop.name, static_cast<int>(ars.size()), "cuda_ipc", "p2p").sizes;
+  constexpr size_t never = echo::tuning::never;
   CHECK(ars[0]->unquantized_below_bytes() == d.unquantized_below);
-  CHECK(ars[0]->engine().wide_from_bytes() == (d.wide_from ? d.wide_from : SIZE_MAX));
-  CHECK(ars[0]->engine().mid_from_bytes() == (d.mid_from ? d.mid_from : SIZE_MAX));
-  using K = echo::collective::call_weight;
+  CHECK(ars[0]->engine().wide_from_bytes() == d.wide_from);
+  CHECK(ars[0]->engine().mid_from_bytes() == d.mid_from);
+  using K = echo::tuning::call_weight;
   const auto& e = ars[0]->engine();
-  const size_t heavy = d.mid_to_heavy ? d.mid_to_heavy : e.wide_from_bytes();
-  CHECK(e.mid_to_bytes(K::heavy) == heavy);
-  CHECK(e.mid_to_bytes(K::lean) == (d.mid_to_lean ? d.mid_to_lean : heavy));
-  CHECK(e.mid_to_bytes(K::stateful) == (d.mid_to_stateful ? d.mid_to_stateful : heavy));
+  CHECK(e.mid_to_bytes(K::heavy) == d.mid_to_heavy);
+  CHECK(e.mid_to_bytes(K::lean) == d.mid_to_lean);
+  CHECK(e.mid_to_bytes(K::stateful) == d.mid_to_stateful);
   // Each call takes the wide size of its weight: 4-bit and 8-bit without state, the 16-bit
   // pipeline, and 4-bit with error-feedback state.
-  static_assert(echo::collective::detail::weight_of<za4, echo::comp::none>() == K::lean, "");
-  static_assert(echo::collective::detail::weight_of<za4, echo::comp::error_feedback<>>() == K::stateful, "");
-  static_assert(echo::collective::detail::weight_of<echo::quant::zero_aware<8, 128>, ef16>() == K::heavy, "");
-  static_assert(echo::collective::detail::weight_of<echo::quant::none, ef16>() == K::heavy, "");
-  static_assert(echo::collective::detail::weight_of<echo::quant::none, echo::comp::none>() == K::plain, "");
+  static_assert(echo::tuning::detail::weight_of<za4, echo::comp::none>() == K::lean, "");
+  static_assert(echo::tuning::detail::weight_of<za4, echo::comp::error_feedback<>>() == K::stateful, "");
+  static_assert(echo::tuning::detail::weight_of<echo::quant::zero_aware<8, 128>, ef16>() == K::heavy, "");
+  static_assert(echo::tuning::detail::weight_of<echo::quant::none, ef16>() == K::heavy, "");
+  static_assert(echo::tuning::detail::weight_of<echo::quant::none, echo::comp::none>() == K::plain, "");
   CHECK(e.template wide_size<za4>() == e.mid_to_bytes(K::lean));
   CHECK(e.template wide_size<echo::quant::zero_aware<8, 128>>() == e.mid_to_bytes(K::heavy));
   CHECK(e.template wide_size<echo::quant::none>() == e.wide_from_unquantized_bytes());
-  using stateful_ar = echo::all_reduce<za4, echo::transport::cuda_ipc, echo::comp::error_feedback<>>;
+  using stateful_ar = echo::all_reduce<za4, echo::transport::cuda_ipc::tag, echo::comp::error_feedback<>>;
   auto stateful = make_all<stateful_ar>(1000);
   const auto& s = stateful[0]->engine();
   CHECK(s.template wide_size<za4>() == e.mid_to_bytes(K::stateful));
   // The tier each call asks for, by size (no call made: such messages are too large for a test).
-  using tier = echo::collective::tier;
-  if (d.mid_from) {
+  using tier = echo::tuning::tier;
+  if (d.mid_from != never) {
     CHECK(e.template tier_for<za4>(d.mid_from - 1) == tier::narrow);
     CHECK(e.template tier_for<za4>(d.mid_from) == tier::mid);
     CHECK(s.template tier_for<za4>(d.mid_from) == tier::mid);
-    if (d.mid_to_lean) CHECK(e.template tier_for<za4>(d.mid_to_lean) == tier::wide);
-    if (d.mid_to_stateful == SIZE_MAX) CHECK(s.template tier_for<za4>(size_t(1) << 40) == tier::mid);
+    if (d.mid_to_lean != never) CHECK(e.template tier_for<za4>(d.mid_to_lean) == tier::wide);
+    if (d.mid_to_stateful == never) CHECK(s.template tier_for<za4>(size_t(1) << 40) == tier::mid);
   }
   // The mid tier switched off by the options: every weight, the stateful one too, goes wide from
   // the table's wide_from as under a policy without a mid variant; none stays narrow.
@@ -370,8 +370,8 @@ TEST_CASE("by default the dispatch table decides the unquantized threshold") {
   off.mid_policy_from_bytes = std::numeric_limits<long long>::max();
   auto no_mid = make_all<stateful_ar>(1000, off);
   const auto& o = no_mid[0]->engine();
-  CHECK(o.template tier_for<za4>(size_t(1) << 40) == (d.wide_from ? tier::wide : tier::narrow));
-  if (d.wide_from) {
+  CHECK(o.template tier_for<za4>(size_t(1) << 40) == (d.wide_from != never ? tier::wide : tier::narrow));
+  if (d.wide_from != never) {
     CHECK(o.template tier_for<za4>(d.wide_from - 1) == tier::narrow);
     CHECK(o.template tier_for<za4>(d.wide_from) == tier::wide);
   }
@@ -387,7 +387,7 @@ TEST_CASE("by default the dispatch table decides the unquantized threshold") {
   CHECK(t.template tier_for<za4>(2 << 20) == tier::wide);
   CHECK(t.template tier_for<echo::quant::none>(2 << 20) == tier::wide);
   CHECK(t.template tier_for<echo::quant::none>((2 << 20) - 1) == tier::narrow);
-  CHECK(ars[0]->engine().wide_from_unquantized_bytes() == (d.wide_from_unquantized ? d.wide_from_unquantized : SIZE_MAX));
+  CHECK(ars[0]->engine().wide_from_unquantized_bytes() == d.wide_from_unquantized);
 }
 
 TEST_CASE("the runtime-dtype call equals the typed call") {

@@ -284,7 +284,7 @@ TEST_CASE("construction leaves the calling thread on the device it was on") {
   echo::for_each_rank(comms, [&](const echo::communicator& c) {
     const int other = (c.device() + 1) % gpus;
     cudaSetDevice(other);
-    echo::all_reduce<za4, echo::transport::cuda_ipc, ef8> ar(c, 1000);
+    echo::all_reduce<za4, echo::transport::cuda_ipc::tag, ef8> ar(c, 1000);
     int now = -1;
     cudaGetDevice(&now);
     CHECK(now == other);
@@ -316,7 +316,7 @@ void set_epochs(RC& rc, uint64_t epoch) {
     ECHO_TEST_CUDA(cudaStreamSynchronize(rc.stream(r)));
     unsigned char* w = rc.ar(r).engine().workspace();
     REQUIRE(w != nullptr);
-    ECHO_TEST_CUDA(echo::detail::write_device_now(w + 4 * echo::detail::sync_words::epoch, &epoch, sizeof epoch));
+    ECHO_TEST_CUDA(echo::detail::write_device_now(w + 4 * echo::transport::cuda_ipc::sync_words::epoch, &epoch, sizeof epoch));
   }
 }
 
@@ -498,8 +498,8 @@ TEST_CASE("ranks built with error storages that differ only in their bits: the c
   REQUIRE(bf16s::state_bytes(1000) == halfs::state_bytes(1000));
   std::vector<std::string> what(comms.size());
   auto mixed = [&](auto first, auto other) {
-    using A = echo::all_reduce<za4, echo::transport::cuda_ipc, decltype(first)>;
-    using B = echo::all_reduce<za4, echo::transport::cuda_ipc, decltype(other)>;
+    using A = echo::all_reduce<za4, echo::transport::cuda_ipc::tag, decltype(first)>;
+    using B = echo::all_reduce<za4, echo::transport::cuda_ipc::tag, decltype(other)>;
     std::fill(what.begin(), what.end(), std::string());
     echo::for_each_rank(comms, [&](const echo::communicator& c) {
       try {
@@ -533,7 +533,7 @@ TEST_CASE("cuda_ipc refuses more ranks than one node holds, on every rank and at
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 20.0);
   for (const std::string& w : what) {
     INFO(w);
-    CHECK(w.find("use transport::nccl") != std::string::npos);
+    CHECK(w.find("use transport::nccl::tag") != std::string::npos);
   }
 }
 

@@ -2,7 +2,7 @@
 #include <echo/echo.cuh>
 
 int multi_tu_b(const echo::communicator& c) {
-  echo::all_reduce<echo::quant::zero_aware<4, 128>, echo::transport::cuda_ipc, echo::comp::error_feedback<>> ar(c, 1000);
+  echo::all_reduce<echo::quant::zero_aware<4, 128>, echo::transport::cuda_ipc::tag, echo::comp::error_feedback<>> ar(c, 1000);
   echo::chain<echo::comp::error_feedback<>> ch(1000);
   float* x = nullptr;
   if (cudaMalloc(&x, 1000 * sizeof(float)) != cudaSuccess) return 1;

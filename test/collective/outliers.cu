@@ -22,7 +22,7 @@ void chains_with_close() {
   if (!runnable<Transport>()) return;
   constexpr long long never = std::numeric_limits<long long>::max();
   const std::pair<long long, long long> tiers[] = {{never, never}, {0, never}, {never, 0}};
-  const int runs = std::is_same<Transport, echo::transport::cuda_ipc>::value ? 3 : 1;
+  const int runs = std::is_same<Transport, echo::transport::cuda_ipc::tag>::value ? 3 : 1;
   for (int t = 0; t < runs; ++t) {
     INFO("mid from " << tiers[t].first << " B, wide from " << tiers[t].second << " B");
     echo::all_reduce_options opt;
@@ -42,10 +42,10 @@ void chains_with_close() {
 
 template <class Q, class C>
 void every_type() {
-  chains_with_close<Q, C, echo::bfloat16_t, echo::transport::cuda_ipc>();
-  chains_with_close<Q, C, echo::half_t, echo::transport::cuda_ipc>();
-  chains_with_close<Q, C, float, echo::transport::cuda_ipc>();
-  chains_with_close<Q, C, echo::bfloat16_t, echo::transport::nccl>();
+  chains_with_close<Q, C, echo::bfloat16_t, echo::transport::cuda_ipc::tag>();
+  chains_with_close<Q, C, echo::half_t, echo::transport::cuda_ipc::tag>();
+  chains_with_close<Q, C, float, echo::transport::cuda_ipc::tag>();
+  chains_with_close<Q, C, echo::bfloat16_t, echo::transport::nccl::tag>();
 }
 
 }  // namespace

@@ -275,7 +275,7 @@ void soak(std::vector<std::unique_ptr<soak_object>>& objects, const char* what) 
 
 TEST_CASE("soak: cuda_ipc") {
   using namespace echo;
-  using T = transport::cuda_ipc;
+  using T = transport::cuda_ipc::tag;
   std::vector<std::unique_ptr<soak_object>> o;
   const size_t M = size_t(1) << 22;
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::none, T>("za4g128 none dispatch", M, options(-1)));
@@ -302,7 +302,7 @@ TEST_CASE("soak: cuda_ipc") {
 
 TEST_CASE("soak: nccl") {
   using namespace echo;
-  using T = transport::nccl;
+  using T = transport::nccl::tag;
   if (!runnable<T>()) return;
   std::vector<std::unique_ptr<soak_object>> o;
   const size_t M = size_t(1) << 22;

@@ -76,7 +76,7 @@ template <class Q, class C, class T, class Transport>
 void extreme_chain() {
   constexpr long long never = std::numeric_limits<long long>::max();
   const std::pair<long long, long long> tiers[] = {{never, never}, {0, never}, {never, 0}};  // mid from, wide from
-  const int runs = std::is_same<Transport, echo::transport::cuda_ipc>::value ? 3 : 1;
+  const int runs = std::is_same<Transport, echo::transport::cuda_ipc::tag>::value ? 3 : 1;
   const size_t n = 20011;  // a tail group, several tiles
   for (int t = 0; t < runs; ++t) {
     INFO("mid policy from " << tiers[t].first << " B, wide from " << tiers[t].second << " B");
@@ -148,5 +148,5 @@ using rotated_naive_zero_point = echo::quant::rotated<echo::quant::naive_zero_po
 /// One TEST_CASE per transport for the quantizer QT<B, G> (QT a template of (bits, group); the
 /// generated units of test/gpu/CMakeLists.txt hold one B, G each).
 #define ECHO_SWEEP_CASE(QT, B, G)                                                                             \
-  TEST_CASE(#QT "<" #B "," #G "> cuda_ipc") { echo_test::sweep_quantizer<QT<B, G>, echo::transport::cuda_ipc>(); } \
-  TEST_CASE(#QT "<" #B "," #G "> nccl") { echo_test::sweep_quantizer<QT<B, G>, echo::transport::nccl>(); }
+  TEST_CASE(#QT "<" #B "," #G "> cuda_ipc") { echo_test::sweep_quantizer<QT<B, G>, echo::transport::cuda_ipc::tag>(); } \
+  TEST_CASE(#QT "<" #B "," #G "> nccl") { echo_test::sweep_quantizer<QT<B, G>, echo::transport::nccl::tag>(); }

@@ -137,7 +137,7 @@ TEST_CASE_TEMPLATE("int8_state / int4_state: the error as codes of a symmetric g
 TEST_CASE_TEMPLATE("step8_state / step4_state: the error in units of its data group's step", S, comp::step8_state,
                    comp::step4_state) {
   using chain = echo::reference::chain_state<comp::error_feedback<S>>;
-  static_assert(chain::by_data_step, "");
+  static_assert(chain::stores_in_data_steps, "");
   const double units = 1 << (S::bits - 1), top = (1 << (S::bits - 1)) - 1, bottom = -(1 << (S::bits - 1));
   ECHO_TEST_RNG(rng);
   echo_test::failure_counter fails;

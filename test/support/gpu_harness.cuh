@@ -78,7 +78,7 @@ inline std::vector<echo::communicator>* nccl_comms() {
 
 template <class Transport>
 std::vector<echo::communicator>* comms_for() {
-  if constexpr (std::is_same<Transport, echo::transport::nccl>::value) return nccl_comms();
+  if constexpr (std::is_same<Transport, echo::transport::nccl::tag>::value) return nccl_comms();
   else return &local_comms();
 }
 
@@ -181,7 +181,7 @@ long long first_mismatch(const std::vector<T>& a, const std::vector<T>& b) {
 
 /// Builds one echo::all_reduce per rank collectively (nullptr-free: the test skips a transport
 /// that cannot run at this P before it gets here).
-template <class AR, class Transport = echo::transport::cuda_ipc>
+template <class AR, class Transport = echo::transport::cuda_ipc::tag>
 std::vector<std::unique_ptr<AR>> make_all(size_t max_elements, typename AR::options opt = {}) {
   auto& comms = *comms_for<Transport>();
   std::vector<std::unique_ptr<AR>> ars(comms.size());
@@ -265,12 +265,12 @@ void check_some_ranks_refused(const std::vector<echo::communicator>& comms, size
 template <class Transport>
 bool runnable() {
   if (comms_for<Transport>()) return true;
-  MESSAGE("SKIPPED here: transport::nccl needs a GPU a rank (NCCL refuses two ranks on one GPU)");
+  MESSAGE("SKIPPED here: transport::nccl::tag needs a GPU a rank (NCCL refuses two ranks on one GPU)");
   return false;
 }
 
 /// Device outputs against echo::reference, call after call, on one chain per side.
-template <class Q, class C, class T, class Transport = echo::transport::cuda_ipc>
+template <class Q, class C, class T, class Transport = echo::transport::cuda_ipc::tag>
 class reference_check {
  public:
   using AR = echo::all_reduce<Q, Transport, C>;

@@ -29,7 +29,7 @@ TEST_CASE("a communicator without an ncclComm_t cannot build the nccl transport"
   std::vector<std::string> why(comms.size());
   echo::for_each_rank(comms, [&](const echo::communicator& c) {
     try {
-      echo::all_reduce<echo::quant::zero_aware<4, 128>, echo::transport::nccl> ar(c, 1000);
+      echo::all_reduce<echo::quant::zero_aware<4, 128>, echo::transport::nccl::tag> ar(c, 1000);
     } catch (const echo::error& e) {
       why[static_cast<size_t>(c.rank())] = e.what();
     }
@@ -41,10 +41,10 @@ TEST_CASE("a communicator without an ncclComm_t cannot build the nccl transport"
 TEST_CASE("nccl transport: ranks whose buffers are refused: every rank throws, none waits in NCCL, nothing leaks") {
   // The engine's allocation comes after its exchanges; before (2026-12-01) a refused rank threw
   // alone and its peers, built, would have waited in NCCL on their first call, forever.
-  if (!echo_test::runnable<echo::transport::nccl>()) return;
+  if (!echo_test::runnable<echo::transport::nccl::tag>()) return;
   auto& comms = *echo_test::nccl_comms();
   echo::all_reduce_options opt;
   opt.workspace_bytes = size_t(4) << 30;
-  echo_test::check_some_ranks_refused<echo::all_reduce<echo::quant::zero_aware<4, 128>, echo::transport::nccl>>(
+  echo_test::check_some_ranks_refused<echo::all_reduce<echo::quant::zero_aware<4, 128>, echo::transport::nccl::tag>>(
       comms, size_t(1) << 30, opt);
 }

@@ -161,8 +161,8 @@ int run(int rank, int size, const std::string& dir, const std::string& boot, con
   } else {
     comm = std::make_unique<echo::communicator>(rank, size, device, ag);
   }
-  if (transport == "nccl") run_all<echo::transport::nccl>(*comm, seed);
-  else run_all<echo::transport::cuda_ipc>(*comm, seed);
+  if (transport == "nccl") run_all<echo::transport::nccl::tag>(*comm, seed);
+  else run_all<echo::transport::cuda_ipc::tag>(*comm, seed);
   comm.reset();
   if (nccl) ncclCommDestroy(nccl);
   std::printf("rank %d (%s bootstrap, %s transport): %s\n", rank, boot.c_str(), transport.c_str(),

@@ -39,11 +39,11 @@ struct no_state {
   static constexpr bool data_step = false;
 };
 template <class Comp, bool = Comp::keeps_state>
-struct storage_of {
+struct state_storage_of {
   using type = no_state;
 };
 template <class Comp>
-struct storage_of<Comp, true> {
+struct state_storage_of<Comp, true> {
   using type = comp::state_storage<typename Comp::storage>;
 };
 
@@ -62,10 +62,10 @@ struct tile_stages {
   using transform = group_transform<typename Cfg::quant, V>;
   static constexpr bool rotates = transform::active;
 
-  using storage = typename detail::storage_of<Comp>::type;
+  using storage = typename detail::state_storage_of<Comp>::type;
   /// The storage takes the data group's step (comp::step_state) where the call quantizes on a grid
   /// that holds zero; otherwise (quant::none, naive_zero_point) it fits a step to its own errors.
-  static constexpr bool by_data_step =
+  static constexpr bool uses_data_step =
       storage::data_step && Cfg::quant::quantizes && Cfg::quant::holds_zero;
 
   /// The loads of a lane's entry operands (x and its stored error), issued ahead of use.
@@ -122,16 +122,16 @@ struct tile_stages {
   /// most |D| * 2^-8 for bf16 (none for float), and |D| <= max_code steps on a grid that holds
   /// zero: at most 63 / 256 = 0.25 steps up to 6 bits. half is left out: T(D) may overflow. With
   /// a transform the own error is S - D(Q(S)) itself (T's rounding is not kept), half a step.
-  /// (by_data_step first: only a data-step storage takes the hint, and only quantizers have bits
+  /// (uses_data_step first: only a data-step storage takes the hint, and only quantizers have bits
   /// of a grid.)
   static constexpr bool reduce_errors_in_range =
-      by_data_step && (rotates || std::is_same<T, float>::value || (std::is_same<T, bfloat16_t>::value && Cfg::quant::bits <= 6));
+      uses_data_step && (rotates || std::is_same<T, float>::value || (std::is_same<T, bfloat16_t>::value && Cfg::quant::bits <= 6));
   /// Push takes the same hint, but not for half inputs, where it made ptxas spill the mid 4-bit
   /// kernel (0 -> 32 / 36 B) and the reduce takes none.
-  static constexpr bool push_errors_in_range = by_data_step && !std::is_same<T, half_t>::value;
+  static constexpr bool push_errors_in_range = uses_data_step && !std::is_same<T, half_t>::value;
 
   /// Store what the chain keeps for the errors e that quantizing with r (group parameters p)
-  /// made (every lane calls it). A storage in units of the data step (by_data_step) gets the
+  /// made (every lane calls it). A storage in units of the data step (uses_data_step) gets the
   /// data group's step from them (the codec's own, not recomputed: a second 1 / s per lane cost
   /// the heavy policy registers it spilled, docs/benchmarks.md). `finite`: every e is known to be
   /// finite, so Comp::keep (the identity on finite errors) is skipped: two operations a value.
@@ -144,7 +144,7 @@ struct tile_stages {
 #pragma unroll
       for (int i = 0; i < V; ++i) e[i] = Comp::keep(e[i]);
     }
-    if constexpr (by_data_step)
+    if constexpr (uses_data_step)
       storage::template store<V>(st.data, st.n, first, valid, e, r.w, p, in_range);
     else
       storage::template store<V>(st.data, st.n, first, valid, e);

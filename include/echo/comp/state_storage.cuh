@@ -328,8 +328,8 @@ struct state_storage<step_state<Bits>> : detail::coded_layout<Bits> {
 
 /// Whether compensator Comp stores its errors in units of their data group's step.
 template <class Comp, bool = Comp::keeps_state>
-struct by_data_step : std::false_type {};
+struct stores_in_data_steps : std::false_type {};
 template <class Comp>
-struct by_data_step<Comp, true> : std::integral_constant<bool, state_storage<typename Comp::storage>::data_step> {};
+struct stores_in_data_steps<Comp, true> : std::integral_constant<bool, state_storage<typename Comp::storage>::data_step> {};
 
 }  // namespace echo::comp

@@ -2,6 +2,7 @@
 // compile time with a sentence (echo::all_reduce and echo::reference::all_reduce assert it).
 #pragma once
 
+#include "error_feedback.cuh"
 #include "state_storage.cuh"
 
 #include <cstddef>
@@ -33,5 +34,18 @@ struct is_compensator : std::false_type {};
 template <class C>
 struct is_compensator<C, std::enable_if_t<detail::has_identity<C>::value>>
     : std::bool_constant<C::keeps_state ? detail::has_state_ops<C>::value : true> {};
+
+/// Instantiated by echo::all_reduce and echo::reference::all_reduce: is_compensator<C>, and that C
+/// can hold Q's errors (holds_errors_of), each asserted once with its sentence.
+template <class C, class Q>
+struct check_compensator {
+  static_assert(is_compensator<C>::value,
+                "echo: Comp is not a compensator: it needs name, keeps_state and state_bytes(n), and, when it keeps "
+                "state, a storage and keep(e) (comp/compensator.cuh)");
+  static_assert(holds_errors_of<C, Q>::value,
+                "echo: a clipped quantizer's errors exceed what step8_state / step4_state hold (+-0.99 / +-0.875 data "
+                "steps); keep them as comp::int8_state, int4_state or an element type");
+  static constexpr bool value = true;
+};
 
 }  // namespace echo::comp

@@ -57,4 +57,14 @@ template <class Q>
 struct is_quantizer<Q, std::enable_if_t<detail::has_identity<Q>::value>>
     : std::bool_constant<Q::quantizes ? is_group_quantizer<Q>::value : true> {};
 
+/// Instantiated by echo::all_reduce and echo::reference::all_reduce: is_quantizer<Q>, asserted once
+/// with the contract's sentence.
+template <class Q>
+struct check_quantizer {
+  static_assert(is_quantizer<Q>::value,
+                "echo: Quant is not a quantizer: it needs name, quantizes, bits, group and holds_zero, and, when it "
+                "quantizes, a supported (bits, group) and fit / unpack / position / encode / decode (quant/group_params.cuh)");
+  static constexpr bool value = true;
+};
+
 }  // namespace echo::quant

@@ -58,16 +58,7 @@ std::vector<float> round_trip(const float* v, size_t len, quant::group_params* b
 
 template <class Quant, class Comp = comp::none>
 class all_reduce {
-  static_assert(quant::is_quantizer<Quant>::value,
-                "echo::reference::all_reduce: Quant is not a quantizer: it needs name, quantizes, bits, group and "
-                "holds_zero, and, when it quantizes, a supported (bits, group) and fit / unpack / position / encode / "
-                "decode (quant/group_params.cuh)");
-  static_assert(comp::is_compensator<Comp>::value,
-                "echo::reference::all_reduce: Comp is not a compensator: it needs name, keeps_state and state_bytes(n), "
-                "and, when it keeps state, a storage and keep(e) (comp/compensator.cuh)");
-  static_assert(comp::holds_errors_of<Comp, Quant>::value,
-                "echo::reference::all_reduce: a clipped quantizer's errors exceed what step8_state / step4_state hold (+-0.99 / "
-                "+-0.875 data steps); keep them as comp::int8_state, int4_state or an element type");
+  static_assert(quant::check_quantizer<Quant>::value && comp::check_compensator<Comp, Quant>::value);
  public:
   using quantizer = Quant;
   using compensator = Comp;
@@ -159,7 +150,7 @@ class all_reduce {
     std::vector<std::vector<float>> err(Comp::keeps_state ? P : 0, std::vector<float>(n));
     // Per rank, the parameters of the data group of every 32 errors (comp::step_state's step).
     // (A grid without zero, naive_zero_point, or no grid: the storage fits its own step.)
-    constexpr bool by_step = chain::by_data_step && Q::quantizes && Q::holds_zero;
+    constexpr bool by_step = chain::stores_in_data_steps && Q::quantizes && Q::holds_zero;
     std::vector<std::vector<quant::group_params>> steps(by_step ? P : 0, std::vector<quant::group_params>((n + 31) / 32));
     const detail::partition part{n, detail::granule_of<Q>(), P};
     for (int j = 0; j < P; ++j) {

@@ -59,11 +59,11 @@ class chain_state {
   }
   /// Whether the storage can keep errors in units of their data group's step (comp::step_state);
   /// a call uses it only where it quantizes on a grid that holds zero (reference::all_reduce,
-  /// collective::tile_stages::by_data_step), else the storage fits a step of its own.
-  static constexpr bool by_data_step = comp::by_data_step<Comp>::value;
+  /// collective::tile_stages::uses_data_step), else the storage fits a step of its own.
+  static constexpr bool stores_in_data_steps = comp::stores_in_data_steps<Comp>::value;
 
   /// Store rank r's errors of a call on n elements (e[0..n), already passed through Comp::keep).
-  /// steps: for a storage by_data_step, the parameters of the data group of every 32 elements
+  /// steps: for a storage that stores_in_data_steps, the parameters of the data group of every 32 elements
   /// (steps[k] for [32k, 32k + 32)), or null for a call without a data step (no quantization, or
   /// a grid without zero): the storage then fits its own.
   void set_errors(int r, const std::vector<float>& e, size_t n, const quant::group_params* steps = nullptr) {

@@ -1,7 +1,8 @@
 // The transport contract as a trait, so that a type that breaks it fails at compile time with a
 // sentence (echo::all_reduce asserts it). A transport T names itself (T::name) and, for each
 // collective::config of a call, provides T::engine<Config>: the object that owns the workspace
-// and launches (cuda_ipc.cuh and nccl.cuh are the two; docs/design.md says what an engine does).
+// and launches (cuda_ipc/tag.cuh and nccl/tag.cuh are the two; docs/design.md says what an engine
+// does).
 #pragma once
 
 #include <type_traits>

@@ -42,7 +42,7 @@ inline ncclComm_t make_nccl(const bootstrap& b) {
 template <class Q, class Transport, class C>
 class instance_impl final : public instance {
   using AR = echo::all_reduce<Q, Transport, C>;
-  static constexpr bool nccl = std::is_same<Transport, echo::transport::nccl>::value;
+  static constexpr bool nccl = std::is_same<Transport, echo::transport::nccl::tag>::value;
 
  public:
   instance_impl(const bootstrap& b, const options& o) : device_(b.device) {

@@ -63,7 +63,7 @@ foreach(family IN LISTS echo_py_families)
 #include \"instance.cuh\"
 namespace echo_py::torch_ops {
 void add_${name}_${i}(std::vector<entry>& table) {
-  add_quantizer<echo::transport::${transport}, ${name}, ${i}, ${length}, ${comps}>(table);
+  add_quantizer<echo::transport::${transport}::tag, ${name}, ${i}, ${length}, ${comps}>(table);
 }
 }  // namespace echo_py::torch_ops
 ")

@@ -9,7 +9,7 @@
 
 static_assert(ECHO_HAS_CUDA, "nvcc compiles this file: echo.cuh must include the device path");
 
-using AR = echo::all_reduce<echo::quant::zero_aware<4, 128>, echo::transport::cuda_ipc,
+using AR = echo::all_reduce<echo::quant::zero_aware<4, 128>, echo::transport::cuda_ipc::tag,
                             echo::comp::error_feedback<echo::bfloat16_t>>;
 
 // Not called: they make nvcc instantiate the constructor and the call, kernels included.

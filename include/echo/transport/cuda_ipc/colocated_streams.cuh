@@ -5,7 +5,7 @@
 // limit).
 #pragma once
 
-#include "../config.cuh"
+#include "../../config.cuh"
 
 #include <cuda_runtime.h>
 
@@ -14,7 +14,7 @@
 #include <mutex>
 #include <vector>
 
-namespace echo::transport::detail {
+namespace echo::transport::cuda_ipc {
 
 class colocated_streams {
  public:
@@ -71,4 +71,4 @@ class colocated_streams {
   }
 };
 
-}  // namespace echo::transport::detail
+}  // namespace echo::transport::cuda_ipc

@@ -6,7 +6,7 @@
 
 #include <type_traits>
 
-namespace echo::collective {
+namespace echo::tuning {
 
 /// What a call asks of the pipeline, which picks its wide and mid policies (wide_policy_t,
 /// mid_policy_t) and, in the dispatch table, the size from which it runs wide:
@@ -136,31 +136,32 @@ using wide_policy_t = typename Policy::template wide_for<detail::weight_of<Q, Co
 template <class Policy, class Q, class Comp>
 using mid_policy_t = typename Policy::template mid_for<detail::weight_of<Q, Comp>()>;
 
-/// 256 threads, 2 blocks a SM, the phase schedule; from the dispatch table's mid size on (quantized
-/// calls), the phase schedule at 32 values a lane (measurements: docs/tuning.md):
-///   lean   16384 values a flag (4-bit: 64 MiB 105 -> 85 us, 128 MiB 188 -> 155 us);
-///   heavy  8192 values a flag, for stateful calls too (4-bit + EF: 64 MiB 118 -> 94 us; 8-bit,
-///          whose codec takes 16 values a lane, unchanged);
-/// from its wide size on, the stages overlapped:
-///   lean   2 blocks a SM, 32 values a lane, 16384 values a flag (4-bit 1 GiB: 2.93x -> 3.07x),
-///          asking L2 for its input one sub-tile ahead (4-bit 1 GiB: 1062 -> 1035 us on 2 x H200;
-///          it had gained nothing before the clamp-free codec). ptxas spills one 8-byte value
-///          (8 / 24 B), outside the per-value work; the stores keep their widths;
-///   heavy  3 blocks a SM, 8192 values a flag, asking L2 for its input one sub-tile ahead (2-3 %
-///          from 256 MiB; the 16-bit pipeline 1 % slower). Its 80
-///          registers spill 20 / 36 B (8-bit); 2 blocks of 320 (96 registers) do not, and were 4-7 %
-///          slower from 256 MiB (one GPU): warps in flight beat the spills.
-///          Stateful calls take it too, where the dispatch table sends them wide (on 2 x H200:
-///          never). Under the lean one their kernel does not spill and ran 6-8 % faster from
-///          512 MiB, then 2.2x slower once the codec gained its clamp-free path (one GPU:
-///          ptxas then split its output's 16-byte stores into 4-byte ones);
-///   plain  1 block a SM of 8 warps, 8192 values a flag (16-bit 256 MiB: 0.96x -> 1.08x NCCL).
-using default_policy = pipeline_policy<256, 2, 4096, 16, 0,
-                                       wide_by_call<pipeline_policy<256, 2, 16384, 32, 1, void, 1>,
-                                                    pipeline_policy<256, 3, 8192, 16, 1, void, 1>,
-                                                    pipeline_policy<256, 1, 8192, 16, 1>>,
-                                       0,
-                                       wide_by_call<pipeline_policy<256, 2, 16384, 32, 0>,
-                                                    pipeline_policy<256, 2, 8192, 32, 0>>>;
+/// The default policy's variants, each a name with its reason (measurements: docs/tuning.md;
+/// on 2 x H200 unless said).
+/// Mid (the phase schedule at 32 values a lane), from the dispatch table's mid size on:
+///   4 bits or fewer without state: 16384 values a flag (4-bit: 64 MiB 105 -> 85 us, 128 MiB 188 -> 155 us).
+using mid_lean = pipeline_policy<256, 2, 16384, 32, 0>;
+///   heavy and stateful calls: 8192 values a flag (4-bit + EF: 64 MiB 118 -> 94 us; 8-bit, whose
+///   codec takes 16 values a lane, unchanged).
+using mid_heavy = pipeline_policy<256, 2, 8192, 32, 0>;
+/// Wide (the stages overlapped), from the call's wide size on:
+///   lean: 2 blocks a SM, 32 values a lane, 16384 values a flag (4-bit 1 GiB: 2.93x -> 3.07x NCCL),
+///   asking L2 for its input one sub-tile ahead (4-bit 1 GiB: 1062 -> 1035 us). ptxas spills one
+///   8-byte value (8 / 24 B), outside the per-value work; the stores keep their widths.
+using wide_lean = pipeline_policy<256, 2, 16384, 32, 1, void, 1>;
+///   heavy (and stateful, where the table sends them wide; on 2 x H200 never): 3 blocks a SM,
+///   8192 values a flag, one sub-tile ahead in L2 (2-3 % from 256 MiB). Its 80 registers spill
+///   20 / 36 B (8-bit); 2 blocks of 320 threads do not, and were 4-7 % slower from 256 MiB (one
+///   GPU): warps in flight beat the spills. Stateful calls under wide_lean ran 2.2x slower once
+///   the codec gained its clamp-free path (ptxas split their 16-byte stores into 4-byte ones).
+using wide_heavy = pipeline_policy<256, 3, 8192, 16, 1, void, 1>;
+///   plain (the 16-bit pipeline): 1 block a SM of 8 warps, 8192 values a flag (16-bit 256 MiB:
+///   0.96x -> 1.08x NCCL).
+using wide_plain = pipeline_policy<256, 1, 8192, 16, 1>;
 
-}  // namespace echo::collective
+/// 256 threads, 2 blocks a SM, 4096 values a flag, 16 values a lane, the phase schedule, with
+/// the variants above.
+using default_policy =
+    pipeline_policy<256, 2, 4096, 16, 0, wide_by_call<wide_lean, wide_heavy, wide_plain>, 0, wide_by_call<mid_lean, mid_heavy>>;
+
+}  // namespace echo::tuning

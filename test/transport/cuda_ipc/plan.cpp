@@ -1,9 +1,9 @@
-// collective::make_plan: how the cuda_ipc pipeline cuts a call. Random inputs over the ranges the
+// transport::cuda_ipc::make_plan: how the cuda_ipc pipeline cuts a call. Random inputs over the ranges the
 // engine feeds it (grids of 1-400 blocks, rings of 0 - 512 MiB, every stage lag), checked against
 // what the kernel relies on: every tile has a flag, a round fits the ring, and an overlapped call
 // that reuses slots obeys the flow-control rule R >= (2 L + 1) W with R a multiple of W (a plan
 // that broke it would let a warp overwrite a slot its peer has not read: wrong data, no error).
-#include <echo/collective/plan.cuh>
+#include <echo/transport/cuda_ipc/plan.cuh>
 
 #include "support/random.hpp"
 
@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <string>
 
-using echo::collective::make_plan;
-using echo::collective::plan;
-using echo::collective::plan_inputs;
+using echo::transport::cuda_ipc::make_plan;
+using echo::transport::cuda_ipc::plan;
+using echo::transport::cuda_ipc::plan_inputs;
 
 namespace {
 

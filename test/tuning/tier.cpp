@@ -1,17 +1,17 @@
-// collective::tier_for: which of a policy's variants a call runs under, by size, on the sizes of
+// tuning::tier_for: which of a policy's variants a call runs under, by size, on the sizes of
 // 2 x H200 at P = 2 (dispatch_table) and under the options that move them. The GPU tests check
 // that the engine feeds it its own sizes (all_reduce_features) and follows it (last_run_*).
 #include <doctest/doctest.h>
 
-#include <echo/collective/tier.cuh>
+#include <echo/tuning/tier.cuh>
 
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
 
-using echo::collective::tier;
-using echo::collective::tier_for;
-using echo::collective::tier_sizes;
+using echo::tuning::tier;
+using echo::tuning::tier_for;
+using echo::tuning::tier_sizes;
 
 namespace {
 

@@ -9,12 +9,15 @@
 // status::mismatch instead of reading the packets.
 #pragma once
 
-#include "../detail/ceil_div.cuh"
-#include "../detail/partition.cuh"
-#include "../error.cuh"
-#include "tile_stages.cuh"
+#include "../../collective/tile_stages.cuh"
+#include "../../detail/ceil_div.cuh"
+#include "../../detail/partition.cuh"
+#include "../../error.cuh"
 
-namespace echo::collective {
+namespace echo::transport::nccl {
+
+using collective::state_ref;
+using collective::tile_stages;
 
 #if ECHO_HAS_CUDA
 
@@ -68,7 +71,7 @@ __device__ __forceinline__ void chunk_subtiles(const chunk_params& c, int j, F&&
   const size_t subs = echo::detail::ceil_div(len, Cfg::sub_elems);
   for (size_t s = warp; s < subs; s += nwarps) {
     const size_t first = b + s * Cfg::sub_elems + static_cast<size_t>(lane) * Cfg::V;
-    f(s, first, valid_count(first, b + len, Cfg::V));
+    f(s, first, collective::detail::valid_count(first, b + len, Cfg::V));
   }
 }
 
@@ -176,4 +179,4 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
 
 #endif
 
-}  // namespace echo::collective
+}  // namespace echo::transport::nccl

@@ -1,16 +1,16 @@
 // How the cuda_ipc pipeline cuts one call: sub-tiles a flag (U), tiles, warps and ring slots. A pure
 // function of numbers every rank holds alike (n, constants, the resident grid of one GPU model), so
-// ranks plan alike, and testable on the host (test/collective/plan.cpp checks the flow-control rule
+// ranks plan alike, and testable on the host (test/transport/cuda_ipc/plan.cpp checks the flow-control rule
 // on random inputs). The launch signature carries (U, ring), so ranks that still planned
 // differently report a mismatch instead of mixing layouts.
 #pragma once
 
-#include "../detail/ceil_div.cuh"
+#include "../../detail/ceil_div.cuh"
 
 #include <algorithm>
 #include <cstddef>
 
-namespace echo::collective {
+namespace echo::transport::cuda_ipc {
 
 /// What a plan depends on (one call under one policy).
 struct plan_inputs {
@@ -87,4 +87,4 @@ inline plan make_plan(const plan_inputs& in) {
   return r;
 }
 
-}  // namespace echo::collective
+}  // namespace echo::transport::cuda_ipc

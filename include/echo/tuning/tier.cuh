@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace echo::collective {
+namespace echo::tuning {
 
 /// The policy itself (narrow), its mid variant (pipeline_policy::mid_for) or its wide variant
 /// (pipeline_policy::wide_for).
@@ -33,4 +33,4 @@ constexpr tier tier_for(size_t bytes, const tier_sizes& s) {
   return tier::narrow;
 }
 
-}  // namespace echo::collective
+}  // namespace echo::tuning

@@ -6,14 +6,14 @@
 // address of one call could hold packet bytes of an earlier call with another layout, and about
 // half of those bytes read as a reached epoch: the reader then consumed a slot nobody had written
 // (docs/fault-matrix.md, "stale flags"). With fixed regions a flag holds only flag values, whose
-// epochs never repeat (detail/sync.cuh), and data slots are reused only under the flow control of
-// the pipeline (collective/pipeline_kernel.cuh).
+// epochs never repeat (flag.cuh), and data slots are reused only under the flow control of
+// the pipeline (pipeline_kernel.cuh).
 #pragma once
 
-#include "../config.cuh"
-#include "../detail/sync.cuh"
+#include "../../config.cuh"
+#include "flag.cuh"
 
-namespace echo::collective {
+namespace echo::transport::cuda_ipc {
 
 ///  [ sync words (256 B)                          ]  detail::sync_words
 ///  [ recv flags:   P x flag_tiles flags (16 B)   ]  recv_flag(i, t): sender i pushed tile t of my segment
@@ -27,11 +27,11 @@ struct workspace_layout {
   size_t oneshot_bytes = 0; ///< largest one-shot message (0: no one-shot region)
   size_t ring_bytes = 0;    ///< bytes of one peer's ring (recv and gather rings alike)
 
-  static constexpr size_t flag = echo::detail::flag_words::bytes;
+  static constexpr size_t flag = flag_words::bytes;
 
   ECHO_HD static constexpr size_t align(size_t b) { return (b + 255) & ~size_t(255); }
 
-  ECHO_HD size_t recv_flags() const { return echo::detail::sync_words::bytes; }
+  ECHO_HD size_t recv_flags() const { return sync_words::bytes; }
   ECHO_HD size_t gather_flags() const { return recv_flags() + align(static_cast<size_t>(ranks) * flag_tiles * flag); }
   ECHO_HD size_t oneshot() const { return gather_flags() + align(static_cast<size_t>(ranks) * flag_tiles * flag); }
   ECHO_HD size_t recv_ring() const { return oneshot() + 2 * static_cast<size_t>(ranks) * align(oneshot_bytes); }
@@ -54,4 +54,4 @@ struct workspace_layout {
   }
 };
 
-}  // namespace echo::collective
+}  // namespace echo::transport::cuda_ipc

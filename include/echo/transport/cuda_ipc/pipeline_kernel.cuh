@@ -10,7 +10,7 @@
 //                 C. gather  tile t_(m-2L)  of every other segment (wait, dequantize, write out)
 // (L = Policy::stage_lag, 1 by default.)
 // Data moves through rings of R tile slots per peer (tile t in slot t mod R), whose size the
-// workspace fixes; flags are indexed by tile in a fixed region (collective/workspace_layout.cuh),
+// workspace fixes; flags are indexed by tile in a fixed region (workspace_layout.cuh),
 // so a flag never changes role. Flow control needs no extra flag: when the message has more tiles
 // than the ring, R is a multiple of W and at least (2L + 1) W, so tile t - R is the same warp's
 // tile 2L + 1 or more iterations back, and that warp gathered it (C of iteration m-1 at the
@@ -24,17 +24,16 @@
 // through the spin limit, a mismatched call through the signature carried in every flag.
 #pragma once
 
-#include "../detail/ceil_div.cuh"
-#include "../detail/dependent_launch.cuh"
-#include "../detail/partition.cuh"
-#include "../detail/sync.cuh"
-#include "../error.cuh"
-#include "tile_stages.cuh"
+#include "../../collective/tile_stages.cuh"
+#include "../../detail/ceil_div.cuh"
+#include "../../detail/dependent_launch.cuh"
+#include "../../detail/partition.cuh"
+#include "peer_channel.cuh"
 #include "workspace_layout.cuh"
 
 #include <type_traits>
 
-namespace echo::collective {
+namespace echo::transport::cuda_ipc {
 
 #if ECHO_HAS_CUDA
 
@@ -50,111 +49,23 @@ struct pipeline_params {
   uint64_t chain_key;        ///< comp::state_header::key of the call (n and the domain of its errors)
   unsigned element_type;     ///< echo::dtype of the call
   size_t granule;            ///< partition granule (quantization group; 256 for quant::none)
-  int rank;
-  int ranks;
   uint32_t sig;              ///< call signature carried in every flag
   int subtiles;              ///< U: warp sub-tiles a tile (and a flag) covers
   size_t ring;               ///< R: tile slots of a peer's ring
   size_t t_begin, t_end;     ///< tiles of this launch (phase schedule: a round of the rings)
   bool last;                 ///< the call's last launch (it writes the chain's tag)
   workspace_layout layout;
-  unsigned char* local;        ///< this rank's workspace
-  unsigned char* const* peer;  ///< device array: every rank's workspace, as this device maps it
-  uint64_t spin_limit_ns;
-  int* status;                 ///< host-mapped; a launch that gives up writes its echo::status there
+  peer_channel channel;
 };
-
-namespace detail {
-
-/// Stop this rank's launch and tell the host (and, for a mismatch or a timeout, the peers: they
-/// would otherwise wait for their own spin limits). The first reason recorded wins.
-inline __device__ void give_up(echo::detail::wait_result why, uint32_t* sync, unsigned char* const* peer, int ranks,
-                               int me, int* host_status) {
-  using echo::detail::sync_words;
-  using echo::detail::wait_result;
-  uint32_t code = why == wait_result::mismatch ? static_cast<uint32_t>(status::mismatch)
-                                               : static_cast<uint32_t>(status::timeout);
-  if (why == wait_result::abort) {
-    code = echo::detail::load_relaxed_sys(sync + sync_words::abort);
-  } else {
-    const uint32_t prev = atomicCAS_system(sync + sync_words::abort, 0u, code);
-    if (prev != 0) {
-      code = prev;
-    } else {
-      for (int j = 0; j < ranks; ++j)
-        if (j != me) atomicCAS_system(reinterpret_cast<uint32_t*>(peer[j]) + sync_words::abort, 0u, code);
-    }
-  }
-  *reinterpret_cast<volatile int*>(host_status) = static_cast<int>(code);
-  __threadfence_system();
-}
-
-/// Lane 0 waits; the warp learns the outcome. The __syncwarp() after it extends lane 0's acquire
-/// to the warp before any lane reads the data.
-__device__ __forceinline__ echo::detail::wait_result warp_wait(const unsigned char* flag, uint64_t epoch, uint32_t sig,
-                                                               const uint32_t* abort, uint64_t limit_ns, int lane) {
-  int r = 0;
-  if (lane == 0)
-    r = static_cast<int>(echo::detail::wait_flag(reinterpret_cast<const uint64_t*>(flag), epoch, sig, abort, limit_ns));
-  r = __shfl_sync(0xffffffffu, r, 0);
-  __syncwarp();
-  return static_cast<echo::detail::wait_result>(r);
-}
-
-/// Block-level prologue / epilogue shared by the cuda_ipc kernels: read the epoch (and whether
-/// the chain continues); at the end the last block advances the epoch and writes the chain tag.
-struct launch_frame {
-  uint64_t epoch;
-  bool active;    ///< the call continues its chain
-  bool poisoned;  ///< an earlier launch gave up: do nothing
-};
-
-/// A launch on a rank that an earlier launch (or a peer) aborted does nothing but report why
-/// (and leave its chain fresh).
-inline __device__ launch_frame begin_launch(uint32_t* sync, unsigned char* state, uint64_t chain_key, int* host_status) {
-  __shared__ launch_frame f;
-  if (threadIdx.x == 0) {
-    f.epoch = *reinterpret_cast<volatile uint64_t*>(sync + echo::detail::sync_words::epoch) + 1;
-    const uint32_t abort = echo::detail::load_relaxed_sys(sync + echo::detail::sync_words::abort);
-    f.poisoned = abort != 0;
-    if (f.poisoned && blockIdx.x == 0) {
-      *reinterpret_cast<volatile int*>(host_status) = static_cast<int>(abort);
-      __threadfence_system();
-    }
-    // A call that gave up on some rank may have written part of its chain's state in earlier
-    // launches (rounds) or blocks, and its last launch, which would write the tag, does not run:
-    // the chain restarts fresh rather than continue half-written (a rebuilt object may reuse it).
-    if (f.poisoned && state) reinterpret_cast<volatile comp::state_header*>(state)->tag = 0;
-    f.active = state && comp::state_header::continues(
-                            reinterpret_cast<const volatile comp::state_header*>(state)->tag, chain_key);
-  }
-  __syncthreads();
-  return f;
-}
-
-/// tag: what the chain's header says after this call (ignored without state); a launch that gave
-/// up (on any rank's warp) leaves a fresh chain instead, its state being partial.
-inline __device__ void end_launch(uint32_t* sync, uint64_t epoch, unsigned char* state, uint64_t tag) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(sync + echo::detail::sync_words::done, 1u) == gridDim.x - 1) {
-      sync[echo::detail::sync_words::done] = 0;
-      const bool failed = echo::detail::load_relaxed_sys(sync + echo::detail::sync_words::abort) != 0;
-      if (state) reinterpret_cast<volatile comp::state_header*>(state)->tag = failed ? 0 : tag;
-      *reinterpret_cast<volatile uint64_t*>(sync + echo::detail::sync_words::epoch) = epoch;
-    }
-  }
-}
-
-}  // namespace detail
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     pipeline_kernel(const pipeline_params<typename Cfg::element> p) {
   using T = typename Cfg::element;
-  using stages = tile_stages<Cfg>;
-  using echo::detail::wait_result;
+  using stages = collective::tile_stages<Cfg>;
+  using collective::state_ref;
+  using collective::detail::over_subtiles;
+  using collective::detail::valid_count;
   constexpr int V = Cfg::V;
   constexpr size_t sub_elems = Cfg::sub_elems, sub_bytes = Cfg::sub_bytes;
   const int U = p.subtiles;
@@ -170,14 +81,13 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   const tile_index W = static_cast<tile_index>(gridDim.x) * Cfg::warps;
   const tile_index lag = static_cast<tile_index>(Cfg::policy::stage_lag) * W;  // push -> reduce -> gather distance
   echo::detail::wait_prior_grid();  // launched by detail::launch_dependent
-  uint32_t* const sync = reinterpret_cast<uint32_t*>(p.local);
-  const uint32_t* const abort = sync + echo::detail::sync_words::abort;
-  const auto frame = detail::begin_launch(sync, p.state, p.chain_key, p.status);
+  const auto frame = p.channel.open(p.state, p.chain_key);
   if (frame.poisoned) return;
-  const uint64_t epoch = frame.epoch;
-  const uint64_t mine = echo::detail::flag_stamp(epoch, p.sig);
+  const launch_channel ch(p.channel, frame.epoch, p.sig);
   const state_ref st{p.state ? p.state + comp::state_header::bytes : nullptr, p.n, frame.active, p.keep_own};
-  const int P = p.ranks, me = p.rank;
+  const int P = p.channel.ranks, me = p.channel.rank;
+  unsigned char* const local = p.channel.local;
+  unsigned char* const* const peer = p.channel.peer;
   const workspace_layout& L = p.layout;
   const echo::detail::partition_quotients part{p.n, p.granule, P};
   const tile_index tiles0 = static_cast<tile_index>(echo::detail::ceil_div(part.size(0), tile_elems));  // segment 0 is the longest
@@ -192,14 +102,14 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       const size_t b = part.begin(j), len = part.size(j);
       if (t * tile_elems >= len) continue;
       const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
-      unsigned char* const slot = p.peer[j] + L.recv_slot(me, t % static_cast<tile_index>(p.ring), tile_bytes);
-      detail::over_subtiles<stages>(p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs,
+      unsigned char* const slot = peer[j] + L.recv_slot(me, t % static_cast<tile_index>(p.ring), tile_bytes);
+      over_subtiles<stages>(p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs,
                                     sub_elems, [&](const auto& ops, size_t first, int valid, int u) {
                                       const auto r = stages::push(ops, st, p.store_send_errors, first, valid);
                                       Cfg::codec::store(slot + u * sub_bytes, r, lane, valid);
                                     });
       __syncwarp();
-      if (lane == 0) echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[j] + L.recv_flag(me, t)), epoch, mine);
+      if (lane == 0) ch.signal(j, L.recv_flag(me, t));
     }
   };
   // B. reduce tile t of the own segment: wait for the receipts, sum, push the sum's packet into
@@ -209,24 +119,23 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     if (t * tile_elems >= len) return wait_result::ok;
     for (int i = 0; i < P; ++i)
       if (i != me) {
-        const wait_result w = detail::warp_wait(p.local + L.recv_flag(i, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
+        const wait_result w = ch.warp_wait(L.recv_flag(i, t), lane);
         if (w != wait_result::ok) return w;
       }
     const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
     const size_t slot = t % static_cast<tile_index>(p.ring);
-    detail::over_subtiles<stages>(
+    over_subtiles<stages>(
         p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs, sub_elems,
         [&](const auto& ops, size_t first, int valid, int u) {
           const auto r = stages::reduce(ops, st, p.out, first, valid, me, P, lane, [&](int i) {
-            return static_cast<const unsigned char*>(p.local + L.recv_slot(i, slot, tile_bytes) + u * sub_bytes);
+            return static_cast<const unsigned char*>(local + L.recv_slot(i, slot, tile_bytes) + u * sub_bytes);
           });
           for (int d = 1; d < P; ++d)
-            Cfg::codec::store(p.peer[(me + d) % P] + L.gather_slot(me, slot, tile_bytes) + u * sub_bytes, r, lane, valid);
+            Cfg::codec::store(peer[(me + d) % P] + L.gather_slot(me, slot, tile_bytes) + u * sub_bytes, r, lane, valid);
         });
     __syncwarp();
     if (lane == 0)
-      for (int d = 1; d < P; ++d)
-        echo::detail::flag_publish(reinterpret_cast<uint64_t*>(p.peer[(me + d) % P] + L.gather_flag(me, t)), epoch, mine);
+      for (int d = 1; d < P; ++d) ch.signal((me + d) % P, L.gather_flag(me, t));
     return wait_result::ok;
   };
   // C. gather tile t of every other segment from its owner's packet.
@@ -235,12 +144,12 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       const int j = (me + d) % P;
       const size_t b = part.begin(j), len = part.size(j);
       if (t * tile_elems >= len) continue;
-      const wait_result w = detail::warp_wait(p.local + L.gather_flag(j, t), epoch, p.sig, abort, p.spin_limit_ns, lane);
+      const wait_result w = ch.warp_wait(L.gather_flag(j, t), lane);
       if (w != wait_result::ok) return w;
-      const unsigned char* const slot = p.local + L.gather_slot(j, t % static_cast<tile_index>(p.ring), tile_bytes);
+      const unsigned char* const slot = local + L.gather_slot(j, t % static_cast<tile_index>(p.ring), tile_bytes);
       for (int u = 0; u < U && t * tile_elems + u * sub_elems < len; ++u) {
         const size_t first = b + t * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
-        stages::gather(slot + u * sub_bytes, p.out, first, detail::valid_count(first, b + len, V), lane);
+        stages::gather(slot + u * sub_bytes, p.out, first, valid_count(first, b + len, V), lane);
       }
     }
     return wait_result::ok;
@@ -267,10 +176,10 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     for (tile_index t = t0; t < t1 && why == wait_result::ok; t += W) why = reduce(t);
     for (tile_index t = t0; t < t1 && why == wait_result::ok; t += W) why = gather(t);
   }
-  if (why != wait_result::ok && lane == 0) detail::give_up(why, sync, p.peer, P, me, p.status);
+  if (why != wait_result::ok && lane == 0) ch.give_up(why);
 
   // The chain's tag changes with the call's last launch only (every launch of a call reads it).
-  detail::end_launch(sync, epoch, p.last ? p.state : nullptr,
+  p.channel.close(frame.epoch, p.last ? p.state : nullptr,
                      !p.keep_own ? uint64_t(0)  // a closing call leaves a fresh chain
                      : p.store_send_errors ? p.chain_key
                                            : comp::state_header::after_deferred(p.chain_key, p.element_type, frame.active));
@@ -278,4 +187,4 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
 
 #endif
 
-}  // namespace echo::collective
+}  // namespace echo::transport::cuda_ipc

@@ -1,4 +1,4 @@
-// Device-side synchronisation between ranks: flags that carry (epoch, call signature).
+// The flags cuda_ipc ranks synchronise with: words that carry (epoch, call signature).
 //
 // Memory-ordering contract (PTX memory model, system scope because the peer is another GPU or
 // another process):
@@ -26,13 +26,13 @@
 // any lifetime (at a launch a microsecond, 580,000 years).
 #pragma once
 
-#include "../config.cuh"
+#include "../../config.cuh"
 
 #if ECHO_HAS_CUDA
 #include <cuda/atomic>
 #endif
 
-namespace echo::detail {
+namespace echo::transport::cuda_ipc {
 
 /// The words at the start of every rank's workspace (u32 indices).
 struct sync_words {
@@ -128,4 +128,4 @@ __device__ __forceinline__ wait_result wait_flag(const uint64_t* flag, uint64_t 
 
 #endif
 
-}  // namespace echo::detail
+}  // namespace echo::transport::cuda_ipc
