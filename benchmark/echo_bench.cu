@@ -19,7 +19,7 @@
 //   echo_int8          zero_aware<8,128>, comp::none
 //   echo_int8_ef       zero_aware<8,128>, error_feedback<> (step8 state); echo_int8_ef16: bf16
 //   echo_dispatch      zero_aware<4,128>, error_feedback<>, default options: the size dispatch of
-//                      echo::dispatch_table (what a user gets)
+//                      echo::tuning::dispatch_table (what a user gets)
 //   echo_dispatch_nocheck  the same with options::check_pointers off: what the pointer check costs
 //                      a call in steady state (the header line "pointer check" gives the cost of
 //                      the driver query it makes for a pointer it has not seen)

@@ -79,7 +79,7 @@ const char* const usage_text =
     "  -c COMP        none | error_feedback (the default state, step8; default none)\n"
     "  -t TRANSPORT   cuda_ipc | nccl (default cuda_ipc)\n"
     "  -N 0|1         also run NCCL's all-reduce at every size (default 1)\n"
-    "  -D 0|1         1: echo::dispatch_table picks the path by size (what a user gets);\n"
+    "  -D 0|1         1: echo::tuning::dispatch_table picks the path by size (what a user gets);\n"
     "                 0: the quantizer at every size (default)\n"
     "  -S 0|1         1: -g ranks may share GPUs (rank r on GPU r % GPUs; no NCCL rows where they\n"
     "                 do): for correctness and ncu on fewer GPUs, not for link speed (default 0)\n"
@@ -176,7 +176,7 @@ options parse(int argc, char** argv) {
   if (o.min_bytes > o.max_bytes) throw usage_error("-b is larger than -e");
   if (o.share && o.gpus < 2) throw usage_error("-S 1 needs -g RANKS (at least 2)");
   if (o.profile && o.cfg.transport == transport_kind::nccl)
-    throw usage_error("-P 1 needs -t cuda_ipc (transport::nccl::tag's ranks launch from threads of their own)");
+    throw usage_error("-P 1 needs -t cuda_ipc (transport::nccl's ranks launch from threads of their own)");
   (void)factory_of(o.cfg);
   return o;
 }
@@ -334,7 +334,7 @@ int run(const options& o) {
   int nccl_version = 0;
   (void)ncclGetVersion(&nccl_version);
   std::printf("# echo-perf: %s, %s, sum; %s%s\n", config_name(o.cfg).c_str(), type_name(o.cfg.type),
-              o.dispatch ? "the size dispatch of echo::dispatch_table" : "the quantizer at every size",
+              o.dispatch ? "the size dispatch of echo::tuning::dispatch_table" : "the quantizer at every size",
               with_nccl ? "; NCCL's ncclAllReduce in the same run (lib nccl)" : "");
   if (P > visible)
     std::printf("# %d ranks on %d GPU(s) (-S 1): their peer traffic stays on a GPU; times are not link times\n", P,

@@ -24,7 +24,7 @@ try:
 except OSError:
     names = [r[0] for r in rows]
 for r, n in zip(rows, names):
-    n = re.sub(r"echo::|collective::|quant::|comp::|pipeline_policy<256, 3, 4096>", "", n)
+    n = re.sub(r"echo::|collective::|transport::cuda_ipc::|transport::nccl::|tuning::|quant::|comp::|pipeline_policy<256, 3, 4096>", "", n)
     print(f"{r[4] or 0:4d} regs {r[1]:5d} B stack {r[2]:5d}/{r[3]:5d} B spill  {n[:160]}")
 print(f"{len(rows)} kernels, {spills} bytes of spill traffic")
 sys.exit(1 if spills else 0)

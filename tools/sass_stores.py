@@ -51,5 +51,5 @@ for cubin in cubins:
     for (mangled, c), n in zip(counts.items(), names):
         if not sum(c.values()):
             continue
-        n = re.sub(r"echo::|collective::|quant::|comp::", "", n)
+        n = re.sub(r"echo::|collective::|transport::cuda_ipc::|transport::nccl::|tuning::|quant::|comp::", "", n)
         print(" ".join(f"{c[k]:3d} {k:9s}" for k, _ in kinds) + "  " + n[:170])

@@ -58,7 +58,7 @@ class runner {
   virtual void reset_state() {}
   /// The path a call of `bytes` takes ("nccl", "none", or the quantizer), for labels.
   virtual std::string path(size_t bytes) const = 0;
-  /// True when the path depends on the size (echo::dispatch_table thresholds).
+  /// True when the path depends on the size (echo::tuning::dispatch_table thresholds).
   virtual bool size_dispatch() const { return false; }
 };
 

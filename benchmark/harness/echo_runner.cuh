@@ -62,7 +62,7 @@ class echo_runner final : public runner {
 
   void call(size_t n, bool in_place) override {
     if constexpr (needs_threads)
-      throw std::logic_error("echo_bench: a transport::nccl::tag runner driven from one thread (would deadlock)");
+      throw std::logic_error("echo_bench: a transport::nccl runner driven from one thread (would deadlock)");
     echo::status st = echo::status::success;
     int bad = -1;
     for (int r = 0; r < ctx_.size() && st == echo::status::success; ++r) {

@@ -265,7 +265,7 @@ void check_some_ranks_refused(const std::vector<echo::communicator>& comms, size
 template <class Transport>
 bool runnable() {
   if (comms_for<Transport>()) return true;
-  MESSAGE("SKIPPED here: transport::nccl::tag needs a GPU a rank (NCCL refuses two ranks on one GPU)");
+  MESSAGE("SKIPPED here: transport::nccl needs a GPU a rank (NCCL refuses two ranks on one GPU)");
   return false;
 }
 

@@ -41,11 +41,12 @@ __global__ void __launch_bounds__(Threads) oneshot_kernel(const oneshot_params<T
   constexpr int V = 16 / sizeof(T);  // one 16-byte vector a thread and step
   __shared__ int s_why;
   echo::detail::wait_prior_grid();  // launched by detail::launch_dependent
-  const auto frame = p.channel.open();
+  const peer_channel channel = p.channel;  // by value: no address of a kernel parameter is taken
+  const auto frame = channel.open();
   if (frame.poisoned) return;
   const uint64_t epoch = frame.epoch;
-  const launch_channel ch(p.channel, epoch, p.sig);
-  const int P = p.channel.ranks, me = p.channel.rank;
+  const launch_channel ch(channel, epoch, p.sig);
+  const int P = channel.ranks, me = channel.rank;
   const workspace_layout& L = p.layout;
   const size_t per = echo::detail::ceil_div(p.n, gridDim.x);
   const size_t chunk = echo::detail::ceil_div(per, V) * V, begin = blockIdx.x * chunk;
@@ -55,7 +56,7 @@ __global__ void __launch_bounds__(Threads) oneshot_kernel(const oneshot_params<T
     const int valid = end - i < size_t(V) ? static_cast<int>(end - i) : V;
     const auto v = echo::detail::load_raw<T, V>(p.in + i, valid);
     for (int d = 1; d < P; ++d) {
-      T* dst = reinterpret_cast<T*>(p.channel.peer[(me + d) % P] + L.oneshot_slot(epoch, me)) + i;
+      T* dst = reinterpret_cast<T*>(channel.peer[(me + d) % P] + L.oneshot_slot(epoch, me)) + i;
       if (valid == V) *reinterpret_cast<echo::detail::raw_run<T, V>*>(dst) = v;
       else for (int k = 0; k < valid; ++k) dst[k] = reinterpret_cast<const T*>(v.w)[k];
     }
@@ -77,14 +78,14 @@ __global__ void __launch_bounds__(Threads) oneshot_kernel(const oneshot_params<T
       float acc[V], term[V];
       for (int r = 0; r < P; ++r) {
         if (r == me) echo::detail::load_floats<T, V>(p.in + i, valid, term);
-        else echo::detail::load_floats<T, V, cub::LOAD_CG>(reinterpret_cast<const T*>(p.channel.local + L.oneshot_slot(epoch, r)) + i, valid, term);
+        else echo::detail::load_floats<T, V, cub::LOAD_CG>(reinterpret_cast<const T*>(channel.local + L.oneshot_slot(epoch, r)) + i, valid, term);
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[v] = r == 0 ? term[v] : echo::detail::add_rn(acc[v], term[v]);
       }
       echo::detail::store_floats<T, V>(p.out + i, valid, acc);
     }
   }
-  p.channel.close(epoch);
+  channel.close(epoch);
 }
 
 #endif

@@ -34,60 +34,60 @@ struct peer_channel {
   uint64_t spin_limit_ns;
   int* status;                 ///< host-mapped: a launch that gives up writes its echo::status there
 
-  __device__ uint32_t* sync() const { return reinterpret_cast<uint32_t*>(local); }
+  __device__ __forceinline__ uint32_t* sync() const { return reinterpret_cast<uint32_t*>(local); }
 
   /// Block prologue (every thread calls it; it synchronises the block). A launch on a rank that
   /// an earlier launch (or a peer) aborted reports why and leaves its chain fresh. state: the
   /// chain's memory (header first) or null; chain_key: comp::state_header::key of the call.
-  inline __device__ launch_frame open(unsigned char* state, uint64_t chain_key) const;
+  __device__ __forceinline__ launch_frame open(unsigned char* state, uint64_t chain_key) const;
   /// The same for a launch without chain state.
-  __device__ launch_frame open() const { return open(nullptr, 0); }
+  __device__ __forceinline__ launch_frame open() const { return open(nullptr, 0); }
 
   /// Block epilogue (every thread calls it): the grid's last block advances the epoch and, with
   /// state, writes the chain's tag, or a fresh tag where any rank gave up (its state is partial).
-  inline __device__ void close(uint64_t epoch, unsigned char* state = nullptr, uint64_t tag = 0) const;
+  __device__ __forceinline__ void close(uint64_t epoch, unsigned char* state = nullptr, uint64_t tag = 0) const;
 
   /// Stop this rank's launch and tell the host (and, for a mismatch or a timeout, the peers: they
   /// would otherwise wait for their own spin limits). The first reason recorded wins. One thread.
-  inline __device__ void give_up(wait_result why) const;
+  __device__ __forceinline__ void give_up(wait_result why) const;
 };
 
 /// The channel within one launch: the epoch and the call signature bound.
 class launch_channel {
  public:
-  __device__ launch_channel(const peer_channel& c, uint64_t epoch, uint32_t sig)
+  __device__ __forceinline__ launch_channel(const peer_channel& c, uint64_t epoch, uint32_t sig)
       : c_(c), epoch_(epoch), sig_(sig), stamp_(flag_stamp(epoch, sig)) {}
 
   /// Publish the flag at byte `flag` of peer j's workspace (one thread; the data it covers was
   /// stored before, by this thread or, after a __syncwarp() / __syncthreads(), by its group).
-  __device__ void signal(int j, size_t flag) const {
+  __device__ __forceinline__ void signal(int j, size_t flag) const {
     flag_publish(reinterpret_cast<uint64_t*>(c_.peer[j] + flag), epoch_, stamp_);
   }
   /// One thread waits for the flag at byte `flag` of this rank's workspace.
-  __device__ wait_result wait(size_t flag) const {
+  __device__ __forceinline__ wait_result wait(size_t flag) const {
     return wait_flag(reinterpret_cast<const uint64_t*>(c_.local + flag), epoch_, sig_, c_.sync() + sync_words::abort,
                      c_.spin_limit_ns);
   }
   /// Lane 0 waits, the warp learns the outcome; the __syncwarp() extends lane 0's acquire to the
   /// warp before any lane reads the data.
-  __device__ wait_result warp_wait(size_t flag, int lane) const {
+  __device__ __forceinline__ wait_result warp_wait(size_t flag, int lane) const {
     int r = 0;
     if (lane == 0) r = static_cast<int>(wait(flag));
     r = __shfl_sync(0xffffffffu, r, 0);
     __syncwarp();
     return static_cast<wait_result>(r);
   }
-  __device__ void give_up(wait_result why) const { c_.give_up(why); }
-  __device__ uint64_t epoch() const { return epoch_; }
+  __device__ __forceinline__ void give_up(wait_result why) const { c_.give_up(why); }
+  __device__ __forceinline__ uint64_t epoch() const { return epoch_; }
 
  private:
-  peer_channel c_;  // a copy: a reference to a kernel parameter would move the parameters to local memory
+  peer_channel c_;
   uint64_t epoch_;
   uint32_t sig_;
   uint64_t stamp_;
 };
 
-inline __device__ launch_frame peer_channel::open(unsigned char* state, uint64_t chain_key) const {
+__device__ __forceinline__ launch_frame peer_channel::open(unsigned char* state, uint64_t chain_key) const {
   __shared__ launch_frame f;
   if (threadIdx.x == 0) {
     f.epoch = *reinterpret_cast<volatile uint64_t*>(sync() + sync_words::epoch) + 1;
@@ -108,7 +108,7 @@ inline __device__ launch_frame peer_channel::open(unsigned char* state, uint64_t
   return f;
 }
 
-inline __device__ void peer_channel::close(uint64_t epoch, unsigned char* state, uint64_t tag) const {
+__device__ __forceinline__ void peer_channel::close(uint64_t epoch, unsigned char* state, uint64_t tag) const {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
@@ -121,7 +121,7 @@ inline __device__ void peer_channel::close(uint64_t epoch, unsigned char* state,
   }
 }
 
-inline __device__ void peer_channel::give_up(wait_result why) const {
+__device__ __forceinline__ void peer_channel::give_up(wait_result why) const {
   uint32_t code = why == wait_result::mismatch ? static_cast<uint32_t>(status::mismatch)
                                                : static_cast<uint32_t>(status::timeout);
   if (why == wait_result::abort) {

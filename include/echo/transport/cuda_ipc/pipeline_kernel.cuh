@@ -81,13 +81,14 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   const tile_index W = static_cast<tile_index>(gridDim.x) * Cfg::warps;
   const tile_index lag = static_cast<tile_index>(Cfg::policy::stage_lag) * W;  // push -> reduce -> gather distance
   echo::detail::wait_prior_grid();  // launched by detail::launch_dependent
-  const auto frame = p.channel.open(p.state, p.chain_key);
+  const peer_channel channel = p.channel;  // by value: no address of a kernel parameter is taken
+  const auto frame = channel.open(p.state, p.chain_key);
   if (frame.poisoned) return;
-  const launch_channel ch(p.channel, frame.epoch, p.sig);
+  const launch_channel ch(channel, frame.epoch, p.sig);
   const state_ref st{p.state ? p.state + comp::state_header::bytes : nullptr, p.n, frame.active, p.keep_own};
-  const int P = p.channel.ranks, me = p.channel.rank;
-  unsigned char* const local = p.channel.local;
-  unsigned char* const* const peer = p.channel.peer;
+  const int P = channel.ranks, me = channel.rank;
+  unsigned char* const local = channel.local;
+  unsigned char* const* const peer = channel.peer;
   const workspace_layout& L = p.layout;
   const echo::detail::partition_quotients part{p.n, p.granule, P};
   const tile_index tiles0 = static_cast<tile_index>(echo::detail::ceil_div(part.size(0), tile_elems));  // segment 0 is the longest
@@ -179,7 +180,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   if (why != wait_result::ok && lane == 0) ch.give_up(why);
 
   // The chain's tag changes with the call's last launch only (every launch of a call reads it).
-  p.channel.close(frame.epoch, p.last ? p.state : nullptr,
+  channel.close(frame.epoch, p.last ? p.state : nullptr,
                      !p.keep_own ? uint64_t(0)  // a closing call leaves a fresh chain
                      : p.store_send_errors ? p.chain_key
                                            : comp::state_header::after_deferred(p.chain_key, p.element_type, frame.active));

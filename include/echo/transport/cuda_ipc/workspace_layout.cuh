@@ -15,7 +15,7 @@
 
 namespace echo::transport::cuda_ipc {
 
-///  [ sync words (256 B)                          ]  detail::sync_words
+///  [ sync words (256 B)                          ]  sync_words
 ///  [ recv flags:   P x flag_tiles flags (16 B)   ]  recv_flag(i, t): sender i pushed tile t of my segment
 ///  [ gather flags: P x flag_tiles flags (16 B)   ]  gather_flag(j, t): owner j pushed its reduced tile t
 ///  [ one-shot:     2 halves x P x oneshot_bytes  ]  (its flags are recv_flag(i, block))

@@ -16,10 +16,10 @@
 
 namespace echo::transport::nccl {
 
+#if ECHO_HAS_CUDA
+
 using collective::state_ref;
 using collective::tile_stages;
-
-#if ECHO_HAS_CUDA
 
 /// The first bytes of every slot of the staged pipeline.
 struct slot_header {
