@@ -20,16 +20,15 @@
 
 #include <algorithm>
 #include <array>
-#include <functional>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace echo::transport::nccl {
 
 inline constexpr const char* name = "nccl";
-
 
 /// Packets move as ncclSend / ncclRecv of whole chunks inside group calls, on a side stream of
 /// the engine's own; the quantize / reduce / dequantize kernels run on the caller's stream. Two
