@@ -32,6 +32,8 @@
 #include "detail/preload.cuh"
 #include "detail/signature.cuh"
 #include "dtype.cuh"
+#include "epilogue/residual_rms_norm.cuh"
+#include "epilogue/rows.cuh"
 #include "options.cuh"
 #include "quant/clipped.cuh"
 #include "quant/closing.cuh"
@@ -103,46 +105,42 @@ class all_reduce {
   template <class T>
   status operator()(const T* in, T* out, size_t n, cudaStream_t stream, chain_type* ch = nullptr,
                     state_update mode = state_update::fused) {
-    if constexpr (Comp::keeps_state) {
-      if (!ch) return fail("chain: this compensator needs a chain (echo::chain or a chain_view)");
-      if (ch->update_pending()) return fail("chain: the last call on it was deferred and its update() has not run");
-      if (ch->capacity() < n) return fail("chain: capacity below n");
-      const status s = call<T>(in, out, n, stream, ch->view(), mode);
-      if (s == status::success) {
-        if (mode == state_update::deferred) ch->mark_pending(n, element_traits<storage_of_t<T>>::tag);
-        else ch->clear_pending();
-      }
-      return s;
-    } else {
-      return call<T>(in, out, n, stream, view_type{}, mode);
-    }
+    return chained(in, out, n, stream, ch, mode, false, epilogue::none{});
   }
 
   /// The same with the state in caller memory (chain_view; not needed without state).
   template <class T>
   status operator()(const T* in, T* out, size_t n, cudaStream_t stream, view_type state,
                     state_update mode = state_update::fused) {
-    return call<T>(in, out, n, stream, state, mode);
+    return call(in, out, n, stream, state, mode, false, epilogue::none{});
+  }
+
+  /// The call with the residual + RMSNorm epilogue (epilogue/residual_rms_norm.cuh), in the same
+  /// launch: out receives the normalised rows of residual + the all-reduce, epi.residual that sum.
+  template <class T>
+  status operator()(const T* in, T* out, size_t n, cudaStream_t stream, const epilogue::residual_rms_norm<T>& epi,
+                    chain_type* ch = nullptr, state_update mode = state_update::fused) {
+    return chained(in, out, n, stream, ch, mode, false, epi);
+  }
+  template <class T>
+  status operator()(const T* in, T* out, size_t n, cudaStream_t stream, const epilogue::residual_rms_norm<T>& epi,
+                    view_type state, state_update mode = state_update::fused) {
+    return call(in, out, n, stream, state, mode, false, epi);
   }
 
   /// Runtime-dtype forms (e.g. for a PyTorch extension).
   status operator()(dtype t, const void* in, void* out, size_t n, cudaStream_t stream, view_type state = {},
                     state_update mode = state_update::fused) {
-    switch (t) {
-      case dtype::f32: return call(static_cast<const float*>(in), static_cast<float*>(out), n, stream, state, mode);
-      case dtype::f16: return call(static_cast<const half_t*>(in), static_cast<half_t*>(out), n, stream, state, mode);
-      case dtype::bf16: return call(static_cast<const bfloat16_t*>(in), static_cast<bfloat16_t*>(out), n, stream, state, mode);
-    }
-    return fail("dtype: not f32, f16 or bf16");
+    return typed(t, in, out, [&](const auto* i, auto* o) { return call(i, o, n, stream, state, mode, false, epilogue::none{}); });
   }
   status operator()(dtype t, const void* in, void* out, size_t n, cudaStream_t stream, chain_type* ch,
                     state_update mode = state_update::fused) {
-    switch (t) {
-      case dtype::f32: return (*this)(static_cast<const float*>(in), static_cast<float*>(out), n, stream, ch, mode);
-      case dtype::f16: return (*this)(static_cast<const half_t*>(in), static_cast<half_t*>(out), n, stream, ch, mode);
-      case dtype::bf16: return (*this)(static_cast<const bfloat16_t*>(in), static_cast<bfloat16_t*>(out), n, stream, ch, mode);
-    }
-    return fail("dtype: not f32, f16 or bf16");
+    return typed(t, in, out, [&](const auto* i, auto* o) { return chained(i, o, n, stream, ch, mode, false, epilogue::none{}); });
+  }
+  status operator()(dtype t, const void* in, void* out, size_t n, cudaStream_t stream,
+                    const epilogue::residual_rms_norm<void>& epi, view_type state = {},
+                    state_update mode = state_update::fused) {
+    return typed(t, in, out, [&](const auto* i, auto* o) { return call(i, o, n, stream, state, mode, false, typed_epilogue(epi, o)); });
   }
 
   /// The call that closes its chain (the last all-reduce of a forward pass): its input plus the
@@ -152,28 +150,32 @@ class all_reduce {
   /// as it was). Without state, the plain call. Never throws.
   template <class T>
   status close_chain(const T* in, T* out, size_t n, cudaStream_t stream, chain_type* ch = nullptr) {
-    if constexpr (Comp::keeps_state) {
-      if (!ch) return fail("chain: this compensator needs a chain (echo::chain or a chain_view)");
-      if (ch->update_pending()) return fail("chain: the last call on it was deferred and its update() has not run");
-      if (ch->capacity() < n) return fail("chain: capacity below n");
-      const status s = call<T>(in, out, n, stream, ch->view(), state_update::fused, true);
-      if (s == status::success) ch->clear_pending();
-      return s;
-    } else {
-      return call<T>(in, out, n, stream, view_type{}, state_update::fused);
-    }
+    return chained(in, out, n, stream, ch, state_update::fused, true, epilogue::none{});
   }
   template <class T>
   status close_chain(const T* in, T* out, size_t n, cudaStream_t stream, view_type state) {
-    return call<T>(in, out, n, stream, state, state_update::fused, Comp::keeps_state);
+    return call(in, out, n, stream, state, state_update::fused, Comp::keeps_state, epilogue::none{});
+  }
+  template <class T>
+  status close_chain(const T* in, T* out, size_t n, cudaStream_t stream, const epilogue::residual_rms_norm<T>& epi,
+                     chain_type* ch = nullptr) {
+    return chained(in, out, n, stream, ch, state_update::fused, true, epi);
+  }
+  template <class T>
+  status close_chain(const T* in, T* out, size_t n, cudaStream_t stream, const epilogue::residual_rms_norm<T>& epi,
+                     view_type state) {
+    return call(in, out, n, stream, state, state_update::fused, Comp::keeps_state, epi);
   }
   status close_chain(dtype t, const void* in, void* out, size_t n, cudaStream_t stream, view_type state = {}) {
-    switch (t) {
-      case dtype::f32: return close_chain(static_cast<const float*>(in), static_cast<float*>(out), n, stream, state);
-      case dtype::f16: return close_chain(static_cast<const half_t*>(in), static_cast<half_t*>(out), n, stream, state);
-      case dtype::bf16: return close_chain(static_cast<const bfloat16_t*>(in), static_cast<bfloat16_t*>(out), n, stream, state);
-    }
-    return fail("dtype: not f32, f16 or bf16");
+    return typed(t, in, out, [&](const auto* i, auto* o) {
+      return call(i, o, n, stream, state, state_update::fused, Comp::keeps_state, epilogue::none{});
+    });
+  }
+  status close_chain(dtype t, const void* in, void* out, size_t n, cudaStream_t stream,
+                     const epilogue::residual_rms_norm<void>& epi, view_type state = {}) {
+    return typed(t, in, out, [&](const auto* i, auto* o) {
+      return call(i, o, n, stream, state, state_update::fused, Comp::keeps_state, typed_epilogue(epi, o));
+    });
   }
 
   /// The deferred half of a state_update::deferred call: same in (unchanged since), n and chain.
@@ -263,9 +265,72 @@ class all_reduce {
     return status::cuda_error;
   }
 
+  /// A call on an echo::chain (or, without state, on none): the chain's own checks, then call().
+  template <class T, class Epi>
+  status chained(const T* in, T* out, size_t n, cudaStream_t stream, chain_type* ch, state_update mode, bool closes,
+                 const Epi& epi) {
+    if constexpr (Comp::keeps_state) {
+      if (!ch) return fail("chain: this compensator needs a chain (echo::chain or a chain_view)");
+      if (ch->update_pending()) return fail("chain: the last call on it was deferred and its update() has not run");
+      if (ch->capacity() < n) return fail("chain: capacity below n");
+      const status s = call(in, out, n, stream, ch->view(), mode, closes, epi);
+      if (s == status::success) {
+        if (mode == state_update::deferred) ch->mark_pending(n, element_traits<storage_of_t<T>>::tag);
+        else ch->clear_pending();
+      }
+      return s;
+    } else {
+      (void)closes;
+      return call(in, out, n, stream, view_type{}, mode, false, epi);
+    }
+  }
+
+  /// f(in, out) with the pointers cast to the element type t names.
+  template <class F>
+  status typed(dtype t, const void* in, void* out, F&& f) {
+    switch (t) {
+      case dtype::f32: return f(static_cast<const float*>(in), static_cast<float*>(out));
+      case dtype::f16: return f(static_cast<const half_t*>(in), static_cast<half_t*>(out));
+      case dtype::bf16: return f(static_cast<const bfloat16_t*>(in), static_cast<bfloat16_t*>(out));
+    }
+    return fail("dtype: not f32, f16 or bf16");
+  }
   template <class T>
+  static epilogue::residual_rms_norm<T> typed_epilogue(const epilogue::residual_rms_norm<void>& e, const T*) {
+    return {static_cast<T*>(e.residual), static_cast<const T*>(e.weight), e.hidden, e.epsilon};
+  }
+
+  /// The epilogue's arguments checked and made plain data for the kernels (null: fine).
+  template <class E, class Epi>
+  const char* make_job(const Epi& epi, size_t n, const E* in, const E* out, const unsigned char* state,
+                       epilogue::job<E>& job) {
+    if constexpr (std::is_same<Epi, epilogue::none>::value) {
+      (void)epi, (void)n, (void)in, (void)out, (void)state, (void)job;
+      return nullptr;
+    } else {
+      if (const char* why = epilogue::argument_error(epi, n)) return why;
+      auto* res = reinterpret_cast<E*>(epi.residual);
+      const auto* w = reinterpret_cast<const E*>(epi.weight);
+      if (const char* why = check_pointer(res, residual_errors)) return why;
+      if (const char* why = check_pointer(w, weight_errors)) return why;
+      const size_t bytes = n * sizeof(E), wbytes = epi.hidden * sizeof(E);
+      auto overlap = [](const void* a, size_t na, const void* b, size_t nb) {
+        const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+        return b && x < y + nb && y < x + na;
+      };
+      if (overlap(res, bytes, in, bytes) || overlap(res, bytes, out, bytes))
+        return "epilogue.residual: overlaps in or out";
+      if (overlap(res, bytes, state, Comp::state_bytes(n))) return "epilogue.residual: overlaps the chain's state";
+      if (overlap(w, wbytes, out, bytes) || overlap(w, wbytes, res, bytes))
+        return "epilogue.weight: overlaps out or the residual";
+      job = {epilogue::kind::residual_rms_norm, res, w, static_cast<uint32_t>(epi.hidden), epi.epsilon};
+      return nullptr;
+    }
+  }
+
+  template <class T, class Epi>
   status call(const T* in_t, T* out_t, size_t n, cudaStream_t stream, view_type state, state_update mode,
-              bool closes = false) {
+              bool closes, const Epi& epi) {
     using E = storage_of_t<T>;
     static_assert(is_element<E>::value, "echo::all_reduce: unsupported element type");
     const auto* in = reinterpret_cast<const E*>(in_t);
@@ -285,18 +350,22 @@ class all_reduce {
       if ((s < a + bytes && a < s + sb) || (s < b + bytes && b < s + sb)) return fail("chain: state overlaps in or out");
       if (mode == state_update::deferred && a == b) return fail("mode: deferred needs in != out (update() re-reads in)");
     }
+    epilogue::job<E> job{};
+    if (const char* why = make_job(epi, n, in, out, Comp::keeps_state ? state.data() : nullptr, job)) return fail(why);
     detail::device_guard g(comm_.device());
     if (comm_.size() == 1) {
       if (in != out && cudaMemcpyAsync(out, in, bytes, cudaMemcpyDefault, stream) != cudaSuccess)
         return cuda_failed("cudaMemcpyAsync (P = 1: out = in)");
+      if (job.active() && epilogue::launch_epilogue(job, out, n, sms_, stream, false) != cudaSuccess)
+        return cuda_failed("the epilogue's launch (P = 1)");
       return status::success;
     }
     const bool capturing = is_capturing(stream);
     if (!capturing && last_stream_ != stream && calls_ > 0 && cudaStreamWaitEvent(stream, done_, 0) != cudaSuccess)
       return cuda_failed("cudaStreamWaitEvent (ordering the call after the last one, made on another stream)");
     const bool unquantized = bytes < unquantized_below_;
-    collective::call<E> c{in,   out, n, Comp::keeps_state ? state.data() : nullptr, mode, call_signature<E>(n, unquantized, closes),
-                          capturing, closes};
+    collective::call<E> c{in,       out,    n,  Comp::keeps_state ? state.data() : nullptr, mode,
+                          call_signature<E>(n, unquantized, closes, job), capturing, closes, job};
     status s = status::success;
     if (unquantized) s = engine_->run_unquantized(c, stream);
     else if (closes) s = engine_->template run_closing<closing_quantizer>(c, stream);
@@ -315,11 +384,16 @@ class all_reduce {
 
   /// Signature of a call: what every rank must agree on (the transport adds its plan).
   template <class E>
-  uint32_t call_signature(size_t n, bool unquantized, bool closes) const {
+  uint32_t call_signature(size_t n, bool unquantized, bool closes, const epilogue::job<E>& job) const {
+    uint32_t eps = 0;
+    std::memcpy(&eps, &job.epsilon, sizeof eps);
     return detail::signature()
         .add(n)
         .add(static_cast<uint64_t>(element_traits<E>::tag))
         .add(unquantized ? 0u : closes ? 2u : 1u)
+        .add(static_cast<uint64_t>(job.what))
+        .add(job.hidden)
+        .add(eps)
         .add(config_signature_)
         .value();
   }
@@ -364,6 +438,12 @@ class all_reduce {
                                             "in: neither device memory of this rank's GPU nor pinned host memory", true};
   static constexpr pointer_errors out_errors{"out: null", "out: not 16-byte aligned",
                                              "out: neither device memory of this rank's GPU nor pinned host memory", true};
+  static constexpr pointer_errors residual_errors{
+      "epilogue.residual: null", "epilogue.residual: not 16-byte aligned",
+      "epilogue.residual: neither device memory of this rank's GPU nor pinned host memory", true};
+  static constexpr pointer_errors weight_errors{"epilogue.weight: null", "epilogue.weight: not 16-byte aligned",
+                                                "epilogue.weight: neither device memory of this rank's GPU nor pinned host memory",
+                                                true};
   static constexpr pointer_errors chain_errors{"chain: null", "chain: not 16-byte aligned",
                                                "chain: not device memory of this rank's GPU", false};
 

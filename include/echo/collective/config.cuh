@@ -2,6 +2,7 @@
 // (config) and, per call, the call's arguments (call).
 #pragma once
 
+#include "../epilogue/residual_rms_norm.cuh"
 #include "../options.cuh"
 #include "../quant/none.cuh"
 
@@ -27,6 +28,7 @@ struct call {
   uint32_t sig;          ///< signature of (n, element type, quantizer, compensator), the same on every rank
   bool capturing = false;  ///< the stream is capturing a CUDA graph (launches take no programmatic attribute)
   bool closes = false;     ///< the call closes its chain: stored errors added, none kept, the chain left fresh
+  epilogue::job<T> epilogue{};  ///< what follows the all-reduce on out (checked; kind::none: nothing)
 };
 
 }  // namespace echo::collective

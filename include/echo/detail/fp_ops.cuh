@@ -54,6 +54,14 @@ ECHO_HD float rcp_rn(float a) {
 #endif
 }
 
+ECHO_HD float sqrt_rn(float a) {
+#if ECHO_DEVICE_COMPILE
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
 /// a * b + c with one rounding (IEEE fused multiply-add; the host's std::fma is exact too).
 ECHO_HD float fma_rn(float a, float b, float c) {
 #if ECHO_DEVICE_COMPILE

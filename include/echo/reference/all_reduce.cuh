@@ -24,6 +24,7 @@
 #include "../quant/traits.cuh"
 #include "../quant/transform.cuh"
 #include "chain_state.cuh"
+#include "residual_rms_norm.cuh"
 
 #include <algorithm>
 #include <cstring>
@@ -87,6 +88,23 @@ class all_reduce {
     run<quant::closing_of_t<Quant>>(in, out, n, ch, quantizations, Comp::keeps_state);
   }
 
+  /// The call with the residual + RMSNorm epilogue (epi[r]: rank r's residual, weight, hidden
+  /// and epsilon): the all-reduce, then reference::residual_rms_norm on every rank's out.
+  template <class T>
+  void operator()(const std::vector<const T*>& in, const std::vector<T*>& out, size_t n,
+                  const std::vector<epilogue::residual_rms_norm<T>>& epi, chain* ch = nullptr) const {
+    check_epilogues(epi);
+    (*this)(in, out, n, ch);
+    for (int r = 0; r < ranks_; ++r) residual_rms_norm(epi[r], out[r], n);
+  }
+  template <class T>
+  void close_chain(const std::vector<const T*>& in, const std::vector<T*>& out, size_t n,
+                   const std::vector<epilogue::residual_rms_norm<T>>& epi, chain* ch = nullptr) const {
+    check_epilogues(epi);
+    close_chain(in, out, n, ch);
+    for (int r = 0; r < ranks_; ++r) residual_rms_norm(epi[r], out[r], n);
+  }
+
   /// Runtime-dtype forms for callers that hold a dtype value; throw on an unsupported one.
   void operator()(dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n,
                   chain* ch = nullptr, std::vector<uint8_t>* quantizations = nullptr) const {
@@ -98,6 +116,12 @@ class all_reduce {
   }
 
  private:
+  template <class E>
+  void check_epilogues(const std::vector<E>& epi) const {
+    ECHO_REQUIRE(epi.size() == static_cast<size_t>(ranks_), "echo::reference::all_reduce",
+                 "expected " + std::to_string(ranks_) + " epilogues, got " + std::to_string(epi.size()));
+  }
+
   /// f(in, out) with the buffers cast to the element type t names.
   template <class F>
   static void typed(dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, F&& f) {

@@ -441,6 +441,7 @@ class engine {
                 .value();
     p.subtiles = static_cast<int>(pl.U);
     p.ring = pl.ring;
+    p.epilogue = c.epilogue;
     p.layout = layout_;
     p.channel = channel();
     // Programmatic launches (detail/dependent_launch.cuh) only for kernels built with the wait,
@@ -484,6 +485,7 @@ class engine {
     p.in = c.in;
     p.out = c.out;
     p.n = c.n;
+    p.epilogue = c.epilogue;
     p.layout = layout_;
     p.channel = channel();
     // Block b of every rank must cover the same range: the grid depends on n (and the GPU) only.

@@ -39,6 +39,8 @@ struct sync_words {
   static constexpr int done = 1;   ///< blocks of the current launch that finished
   static constexpr int abort = 2;  ///< non-zero: an echo::status code; set locally or by a peer
   static constexpr int epoch = 4;  ///< u64 (words 4-5): the last launch this rank completed (advanced by its last block)
+  static constexpr int arrived = 8;   ///< blocks of the current launch at its grid barrier (peer_channel::grid_sync)
+  static constexpr int released = 9;  ///< grid barriers passed (the barrier's generation)
   static constexpr size_t bytes = 256;
 };
 

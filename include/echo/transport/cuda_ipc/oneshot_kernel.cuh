@@ -12,6 +12,7 @@
 #include "../../detail/dependent_launch.cuh"
 #include "../../detail/fp_ops.cuh"
 #include "../../detail/vector_io.cuh"
+#include "../../epilogue/rows.cuh"
 #include "peer_channel.cuh"
 #include "workspace_layout.cuh"
 
@@ -32,6 +33,7 @@ struct oneshot_params {
   T* out;
   size_t n;
   uint32_t sig;
+  epilogue::job<T> epilogue;  ///< what the launch does with out once all of it is written
   workspace_layout layout;
   peer_channel channel;
 };
@@ -85,6 +87,7 @@ __global__ void __launch_bounds__(Threads) oneshot_kernel(const oneshot_params<T
       echo::detail::store_floats<T, V>(p.out + i, valid, acc);
     }
   }
+  if (p.epilogue.active() && channel.grid_sync()) epilogue::apply_rows(p.epilogue, p.out, p.n);
   channel.close(epoch);
 }
 

@@ -47,6 +47,12 @@ struct peer_channel {
   /// state, writes the chain's tag, or a fresh tag where any rank gave up (its state is partial).
   __device__ __forceinline__ void close(uint64_t epoch, unsigned char* state = nullptr, uint64_t tag = 0) const;
 
+  /// A barrier of this rank's grid (every thread of every block calls it; the grid is resident,
+  /// as every cuda_ipc grid is): after it, every block sees what every block wrote before it.
+  /// False where the launch gave up (here or on a peer) or a block never arrived within the spin
+  /// limit (then this rank gives up with status::timeout).
+  __device__ __forceinline__ bool grid_sync() const;
+
   /// Stop this rank's launch and tell the host (and, for a mismatch or a timeout, the peers: they
   /// would otherwise wait for their own spin limits). The first reason recorded wins. One thread.
   __device__ __forceinline__ void give_up(wait_result why) const;
@@ -119,6 +125,39 @@ __device__ __forceinline__ void peer_channel::close(uint64_t epoch, unsigned cha
       *reinterpret_cast<volatile uint64_t*>(sync() + sync_words::epoch) = epoch;
     }
   }
+}
+
+__device__ __forceinline__ bool peer_channel::grid_sync() const {
+  __shared__ int ok;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> arrived(sync()[sync_words::arrived]);
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> released(sync()[sync_words::released]);
+    const uint32_t generation = released.load(cuda::memory_order_relaxed);
+    __threadfence();
+    bool passed = true;
+    if (arrived.fetch_add(1u, cuda::memory_order_acq_rel) == gridDim.x - 1) {
+      arrived.store(0u, cuda::memory_order_relaxed);
+      released.fetch_add(1u, cuda::memory_order_release);
+    } else {
+      const uint64_t start = global_timer_ns();
+      while (released.load(cuda::memory_order_acquire) == generation) {
+        if (load_relaxed_sys(sync() + sync_words::abort) != 0) {
+          passed = false;
+          break;
+        }
+        if (global_timer_ns() - start > spin_limit_ns) {
+          give_up(wait_result::timeout);
+          passed = false;
+          break;
+        }
+      }
+    }
+    __threadfence();
+    ok = passed && load_relaxed_sys(sync() + sync_words::abort) == 0;
+  }
+  __syncthreads();
+  return ok != 0;
 }
 
 __device__ __forceinline__ void peer_channel::give_up(wait_result why) const {

@@ -28,6 +28,7 @@
 #include "../../detail/ceil_div.cuh"
 #include "../../detail/dependent_launch.cuh"
 #include "../../detail/partition.cuh"
+#include "../../epilogue/rows.cuh"
 #include "peer_channel.cuh"
 #include "workspace_layout.cuh"
 
@@ -53,7 +54,8 @@ struct pipeline_params {
   int subtiles;              ///< U: warp sub-tiles a tile (and a flag) covers
   size_t ring;               ///< R: tile slots of a peer's ring
   size_t t_begin, t_end;     ///< tiles of this launch (phase schedule: a round of the rings)
-  bool last;                 ///< the call's last launch (it writes the chain's tag)
+  bool last;                 ///< the call's last launch (it writes the chain's tag and runs the epilogue)
+  epilogue::job<T> epilogue; ///< what the last launch does with out once all of it is written
   workspace_layout layout;
   peer_channel channel;
 };
@@ -178,6 +180,8 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     for (tile_index t = t0; t < t1 && why == wait_result::ok; t += W) why = gather(t);
   }
   if (why != wait_result::ok && lane == 0) ch.give_up(why);
+  // Rows cross tiles and segments: the epilogue starts once every block has written its part.
+  if (p.last && p.epilogue.active() && channel.grid_sync()) epilogue::apply_rows(p.epilogue, p.out, p.n);
 
   // The chain's tag changes with the call's last launch only (every launch of a call reads it).
   channel.close(frame.epoch, p.last ? p.state : nullptr,

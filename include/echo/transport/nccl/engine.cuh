@@ -13,6 +13,7 @@
 #include "../../detail/mapped_status.cuh"
 #include "../../detail/partition.cuh"
 #include "../../detail/signature.cuh"
+#include "../../epilogue/rows.cuh"
 #include "../../options.cuh"
 #include "../../tuning/dispatch_table.cuh"
 #include "../../tuning/pipeline_policy.cuh"
@@ -194,6 +195,7 @@ class engine {
       if (k >= 2) gather(k - 2);
     }
     good = good && ok(cudaEventRecord(ev.join, side_)) && ok(cudaStreamWaitEvent(stream, ev.join, 0));
+    good = good && ok(run_epilogue(c, stream));
     return finish(good, cuda_bad);
   }
 
@@ -214,7 +216,7 @@ class engine {
                                 : std::is_same<T, half_t>::value     ? ncclFloat16
                                                                      : ncclBfloat16;
     if (ncclAllReduce(c.in, c.out, c.n, type, ncclSum, comm_.nccl(), stream) != ncclSuccess) return finish(false, false);
-    return status::success;
+    return finish(run_epilogue(c, stream) == cudaSuccess, true);
   }
 
  private:
@@ -262,6 +264,14 @@ class engine {
     (void)cudaGetLastError();
   }
   size_t slots() const { return 3 * static_cast<size_t>(comm_.size()) + 1; }
+
+  /// The call's epilogue, as a launch of its own after the all-reduce (NCCL's operations cannot
+  /// host it; the staged kernels see a chunk, not the message).
+  template <class T>
+  cudaError_t run_epilogue(const collective::call<T>& c, cudaStream_t stream) const {
+    if (!c.epilogue.active()) return cudaSuccess;
+    return epilogue::launch_epilogue(c.epilogue, c.out, c.n, sms_, stream, false);
+  }
 
   status finish(bool good, bool cuda_bad) {
     if (good) return status::success;

@@ -1,0 +1,229 @@
+// echo-fused: the all-reduce with the residual + RMSNorm epilogue in its launch, against the same
+// all-reduce followed by the epilogue as a kernel of its own (epilogue::epilogue_kernel, the same
+// row code, launched programmatically so that it is scheduled while the all-reduce drains: the
+// strongest unfused pair Echo knows), and against the bare all-reduce, in one run.
+//
+//   echo-fused [-g RANKS] [-b 8K] [-e 256M] [-f 4] [-H 4096] [-n 50] [-w 10] [-r 5] [-q default|none]
+//
+// echo::default_all_reduce (or quant::none, -q none) with the dispatch table's sizes: what a user
+// gets. bf16 rows of H values (a message below one row is one row of all of it). Time: CUDA events
+// around -n calls on every rank's stream, the slowest rank; the median of -r rounds that alternate
+// the three variants. With more ranks than GPUs the ranks share them (rank r on GPU r % GPUs): the
+// times are then kernel times with the ranks' kernels side by side, not link times.
+#include <echo/echo.cuh>
+
+#include <unistd.h>  // getopt
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using bf16 = echo::bfloat16_t;
+
+#define ECHO_FUSED_CUDA(expr)                                                                       \
+  do {                                                                                              \
+    const cudaError_t e_ = (expr);                                                                  \
+    if (e_ != cudaSuccess) throw std::runtime_error(std::string(#expr) + ": " + cudaGetErrorString(e_)); \
+  } while (0)
+
+size_t parse_size(const char* s) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  switch (*end) {
+    case 'K': case 'k': v *= 1024; break;
+    case 'M': case 'm': v *= 1024 * 1024; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    default: break;
+  }
+  return static_cast<size_t>(v);
+}
+
+struct rank_buffers {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  bf16 *in = nullptr, *out = nullptr, *residual = nullptr, *weight = nullptr;
+};
+
+enum class variant { bare, unfused, fused };
+
+template <class AR>
+class bench {
+ public:
+  bench(const std::vector<echo::communicator>& comms, size_t max_elements, size_t hidden)
+      : comms_(comms), ar_(comms.size()), ch_(comms.size()), r_(comms.size()) {
+    echo::for_each_rank(comms, [&](const echo::communicator& c) {
+      ar_[static_cast<size_t>(c.rank())] = std::make_unique<AR>(c, max_elements);
+    });
+    std::mt19937 g(7);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<bf16> h(max_elements), w(hidden);
+    for (auto& x : h) x = echo::element_traits<bf16>::from_float(nd(g));
+    for (auto& x : w) x = echo::element_traits<bf16>::from_float(1.0f + 0.1f * nd(g));
+    for (size_t r = 0; r < comms.size(); ++r) {
+      rank_buffers& b = r_[r];
+      b.device = comms[r].device();
+      ECHO_FUSED_CUDA(cudaSetDevice(b.device));
+      ECHO_FUSED_CUDA(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
+      ECHO_FUSED_CUDA(cudaEventCreate(&b.start));
+      ECHO_FUSED_CUDA(cudaEventCreate(&b.stop));
+      for (bf16** p : {&b.in, &b.out, &b.residual}) ECHO_FUSED_CUDA(cudaMalloc(p, max_elements * sizeof(bf16)));
+      ECHO_FUSED_CUDA(cudaMalloc(&b.weight, hidden * sizeof(bf16)));
+      ECHO_FUSED_CUDA(cudaMemcpy(b.in, h.data(), max_elements * sizeof(bf16), cudaMemcpyHostToDevice));
+      ECHO_FUSED_CUDA(cudaMemcpy(b.residual, h.data(), max_elements * sizeof(bf16), cudaMemcpyHostToDevice));
+      ECHO_FUSED_CUDA(cudaMemcpy(b.weight, w.data(), hidden * sizeof(bf16), cudaMemcpyHostToDevice));
+      if constexpr (AR::compensator::keeps_state) ch_[r] = std::make_unique<typename AR::chain_type>(max_elements);
+      int sms = 0;
+      ECHO_FUSED_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, b.device));
+      sms_ = sms;
+    }
+  }
+  ~bench() {
+    for (size_t r = 0; r < r_.size(); ++r) {
+      cudaSetDevice(r_[r].device);
+      cudaStreamSynchronize(r_[r].stream);
+      ch_[r].reset();
+      ar_[r].reset();
+      for (bf16* p : {r_[r].in, r_[r].out, r_[r].residual, r_[r].weight}) cudaFree(p);
+      cudaEventDestroy(r_[r].start);
+      cudaEventDestroy(r_[r].stop);
+      cudaStreamDestroy(r_[r].stream);
+    }
+  }
+
+  /// Microseconds a call of `v` takes (the slowest rank over `iters` calls).
+  double time(variant v, size_t n, size_t hidden, int iters, int warmup) {
+    for (int i = 0; i < warmup; ++i) call_all(v, n, hidden);
+    for (auto& b : r_) {
+      ECHO_FUSED_CUDA(cudaSetDevice(b.device));
+      ECHO_FUSED_CUDA(cudaEventRecord(b.start, b.stream));
+    }
+    for (int i = 0; i < iters; ++i) call_all(v, n, hidden);
+    double worst = 0;
+    for (size_t r = 0; r < r_.size(); ++r) {
+      rank_buffers& b = r_[r];
+      ECHO_FUSED_CUDA(cudaSetDevice(b.device));
+      ECHO_FUSED_CUDA(cudaEventRecord(b.stop, b.stream));
+      ECHO_FUSED_CUDA(cudaEventSynchronize(b.stop));
+      if (ar_[r]->check() != echo::status::success) throw std::runtime_error("a call failed on rank " + std::to_string(r));
+      float ms = 0;
+      ECHO_FUSED_CUDA(cudaEventElapsedTime(&ms, b.start, b.stop));
+      worst = std::max(worst, 1e3 * ms / iters);
+    }
+    return worst;
+  }
+
+ private:
+  void call_all(variant v, size_t n, size_t hidden) {
+    for (size_t r = 0; r < r_.size(); ++r) {
+      rank_buffers& b = r_[r];
+      AR& ar = *ar_[r];
+      ECHO_FUSED_CUDA(cudaSetDevice(b.device));
+      typename AR::chain_type* ch = nullptr;
+      if constexpr (AR::compensator::keeps_state) ch = ch_[r].get();
+      const echo::epilogue::residual_rms_norm<bf16> e{b.residual, b.weight, hidden, 1e-6f};
+      echo::status s = v == variant::fused ? ar(b.in, b.out, n, b.stream, e, ch) : ar(b.in, b.out, n, b.stream, ch);
+      if (s == echo::status::success && v == variant::unfused) {
+        const echo::epilogue::job<bf16> j{echo::epilogue::kind::residual_rms_norm, b.residual, b.weight,
+                                          static_cast<uint32_t>(hidden), 1e-6f};
+        if (echo::epilogue::launch_epilogue(j, b.out, n, sms_, b.stream, true) != cudaSuccess) s = echo::status::cuda_error;
+      }
+      if (s != echo::status::success)
+        throw std::runtime_error("rank " + std::to_string(r) + ": " + echo::to_string(s) + " (" + ar.last_error() + ")");
+    }
+  }
+
+  std::vector<echo::communicator> comms_;
+  std::vector<std::unique_ptr<AR>> ar_;
+  std::vector<std::unique_ptr<typename AR::chain_type>> ch_;
+  std::vector<rank_buffers> r_;
+  int sms_ = 1;
+};
+
+template <class AR>
+void run(const std::vector<echo::communicator>& comms, size_t lo, size_t hi, size_t factor, size_t hidden, int iters,
+         int warmup, int rounds) {
+  bench<AR> b(comms, std::max(hi / sizeof(bf16), hidden), hidden);
+  std::printf("# %8s %8s %6s %12s %12s %12s %10s %10s\n", "size", "values", "rows", "bare(us)", "unfused(us)",
+              "fused(us)", "unfused/", "epilogue");
+  std::printf("# %8s %8s %6s %12s %12s %12s %10s %10s\n", "", "", "", "", "", "", "fused", "saved");
+  for (size_t bytes = lo; bytes <= hi; bytes *= factor) {
+    const size_t n = std::max(hidden, bytes / sizeof(bf16) / hidden * hidden);
+    std::vector<double> t[3];
+    for (int k = 0; k < rounds; ++k)
+      for (variant v : {variant::bare, variant::unfused, variant::fused})
+        t[static_cast<int>(v)].push_back(b.time(v, n, hidden, iters, warmup));
+    double m[3];
+    for (int v = 0; v < 3; ++v) {
+      std::sort(t[v].begin(), t[v].end());
+      m[v] = t[v][t[v].size() / 2];
+    }
+    const double epi_unfused = m[1] - m[0], epi_fused = m[2] - m[0];
+    std::printf("  %8zu %8zu %6zu %12.2f %12.2f %12.2f %9.3fx %9.0f%%\n", n * sizeof(bf16), n, n / hidden, m[0], m[1], m[2],
+                m[1] / m[2], epi_unfused > 0 ? 100.0 * (epi_unfused - epi_fused) / epi_unfused : 0.0);
+    std::fflush(stdout);
+    if (factor <= 1) break;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Ranks sharing a GPU each queue two launches a call in the unfused variant: with few hardware
+  // queues, a rank's epilogue could sit ahead of a peer's all-reduce that its own waits for.
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  int ranks = 2, iters = 50, warmup = 10, rounds = 5;
+  size_t lo = 8 << 10, hi = size_t(256) << 20, factor = 4, hidden = 4096;
+  std::string quant = "default";
+  int c;
+  while ((c = getopt(argc, argv, "g:b:e:f:H:n:w:r:q:h")) != -1) {
+    switch (c) {
+      case 'g': ranks = std::atoi(optarg); break;
+      case 'b': lo = parse_size(optarg); break;
+      case 'e': hi = parse_size(optarg); break;
+      case 'f': factor = static_cast<size_t>(std::atoi(optarg)); break;
+      case 'H': hidden = static_cast<size_t>(std::atoi(optarg)); break;
+      case 'n': iters = std::atoi(optarg); break;
+      case 'w': warmup = std::atoi(optarg); break;
+      case 'r': rounds = std::atoi(optarg); break;
+      case 'q': quant = optarg; break;
+      default:
+        std::fprintf(stderr, "usage: echo-fused [-g RANKS] [-b 8K] [-e 256M] [-f 4] [-H 4096] [-n 50] [-w 10] [-r 5] [-q default|none]\n");
+        return c == 'h' ? 0 : 2;
+    }
+  }
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) {
+    std::printf("echo-fused: no GPU (skipped)\n");
+    return 77;
+  }
+  if (ranks < 2 || ranks > echo::transport::cuda_ipc::max_ranks || hidden == 0 || hidden % 8 || hidden > echo::epilogue::max_hidden ||
+      iters < 1 || rounds < 1 || lo == 0 || hi < lo || (quant != "default" && quant != "none")) {
+    std::fprintf(stderr, "echo-fused: bad flags\n");
+    return 2;
+  }
+  std::vector<int> devices;
+  for (int r = 0; r < ranks; ++r) devices.push_back(r % gpus);
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("# echo-fused: %s, P = %d on %d GPU(s)%s, bf16 rows of %zu, -q %s, median of %d rounds of %d calls\n",
+              prop.name, ranks, std::min(gpus, ranks), ranks > gpus ? " (ranks share GPUs: kernel time, not link time)" : "",
+              hidden, quant.c_str(), rounds, iters);
+  try {
+    const auto comms = echo::communicator::local(devices, false);
+    if (quant == "default") run<echo::default_all_reduce<>>(comms, lo, hi, factor, hidden, iters, warmup, rounds);
+    else run<echo::all_reduce<echo::quant::none>>(comms, lo, hi, factor, hidden, iters, warmup, rounds);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "echo-fused: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,118 @@
+// The residual + RMSNorm epilogue on the device: every block of a grid takes rows in lockstep, a
+// row by one warp (when the rows outnumber the grid's warps) or by up to 8 (a decode step's few
+// rows), in the order of residual_rms_norm.cuh's sum_order either way. The transports' kernels
+// call apply_rows() once the whole message is in out (after a grid-wide barrier);
+// epilogue_kernel is the same as a launch of its own (transport::nccl, P = 1, and the unfused
+// baseline of the benchmarks).
+#pragma once
+
+#include "../detail/ceil_div.cuh"
+#include "../detail/dependent_launch.cuh"
+#include "../detail/fp_ops.cuh"
+#include "../detail/vector_io.cuh"
+#include "residual_rms_norm.cuh"
+
+#include <algorithm>
+
+namespace echo::epilogue {
+
+#if ECHO_HAS_CUDA
+
+/// Rows of `a` over out (n values, a whole number of rows). Every thread of every block calls it
+/// (it synchronises the block). out holds the all-reduce and receives the normalised rows; it is
+/// read through L2 (other blocks of the grid wrote it; an L1 line of the input, when in == out,
+/// may be stale). Not inlined: its registers stay out of the transports' main loops.
+template <class E>
+__device__ __noinline__ void apply_rows(const job<E>& a, E* out, size_t n) {
+  constexpr int C = sum_order::chunk, S = sum_order::slices;
+  constexpr int max_groups = 32;  // warps of a block of 1024 threads
+  __shared__ float slice_sum[max_groups][S];
+  const int warps = static_cast<int>(blockDim.x) / 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const size_t H = a.hidden, rows = n / H, chunks = H / C;
+  // Warps a row: 1 when the rows fill the grid's warps, else a power of two up to 8.
+  int G = 1;
+  if (rows < static_cast<size_t>(gridDim.x) * warps)
+    while (G * 2 <= warps && G * 2 <= S) G *= 2;
+  const int groups = warps / G, g = warp / G, wg = warp % G;
+  const size_t stride = static_cast<size_t>(gridDim.x) * groups;
+  for (size_t base = static_cast<size_t>(blockIdx.x) * groups; base < rows; base += stride) {
+    const size_t row = base + g;
+    const bool mine = g < groups && row < rows;
+    E* const res = a.residual + row * H;
+    E* const o = out + row * H;
+    if (mine) {
+      float part[S];
+#pragma unroll
+      for (int v = 0; v < S; ++v) part[v] = 0.0f;
+      // pass 1: residual += a (rounded), squares into the slices' partials
+      for (size_t c0 = 0; c0 < chunks; c0 += static_cast<size_t>(32 * S)) {
+#pragma unroll
+        for (int v = 0; v < S; ++v) {
+          const size_t c = c0 + static_cast<size_t>(v * 32 + lane);
+          if (v % G != wg || c >= chunks) continue;
+          float x[C], r[C];
+          detail::load_floats<E, C, cub::LOAD_CG>(o + c * C, C, x);
+          detail::load_floats<E, C>(res + c * C, C, r);
+#pragma unroll
+          for (int k = 0; k < C; ++k) {
+            r[k] = element_traits<E>::to_float(element_traits<E>::from_float(detail::add_rn(r[k], x[k])));
+            part[v] = detail::fma_rn(r[k], r[k], part[v]);
+          }
+          detail::store_floats<E, C>(res + c * C, C, r);
+        }
+      }
+#pragma unroll
+      for (int v = 0; v < S; ++v) {
+        if (v % G != wg) continue;
+        float s = part[v];
+#pragma unroll
+        for (int m = 16; m >= 1; m /= 2) s = detail::add_rn(s, __shfl_xor_sync(0xffffffffu, s, m));
+        if (lane == 0) slice_sum[g][v] = s;
+      }
+    }
+    __syncthreads();
+    if (mine) {
+      const float* s = slice_sum[g];
+      const float sum = detail::add_rn(detail::add_rn(detail::add_rn(s[0], s[1]), detail::add_rn(s[2], s[3])),
+                                       detail::add_rn(detail::add_rn(s[4], s[5]), detail::add_rn(s[6], s[7])));
+      const float inv = inverse_rms(sum, a.hidden, a.epsilon);
+      // pass 2: the lane's own chunks again (its residual stores are its to read back)
+      for (size_t c0 = 0; c0 < chunks; c0 += static_cast<size_t>(32 * S)) {
+#pragma unroll
+        for (int v = 0; v < S; ++v) {
+          const size_t c = c0 + static_cast<size_t>(v * 32 + lane);
+          if (v % G != wg || c >= chunks) continue;
+          float r[C], w[C];
+          detail::load_floats<E, C>(res + c * C, C, r);
+          detail::load_floats<E, C>(a.weight + c * C, C, w);
+#pragma unroll
+          for (int k = 0; k < C; ++k) r[k] = normalised<E>(r[k], inv, w[k]);
+          detail::store_floats<E, C>(o + c * C, C, r);
+        }
+      }
+    }
+    __syncthreads();  // slice_sum is reused by the next round
+  }
+}
+
+/// The epilogue as a launch of its own, after the launch that wrote out (launched by
+/// detail::launch_dependent, so it may be scheduled while that one drains).
+template <class E>
+__global__ void __launch_bounds__(256) epilogue_kernel(const job<E> a, E* out, size_t n) {
+  detail::wait_prior_grid();
+  apply_rows(a, out, n);
+}
+
+/// Launches epilogue_kernel for n values on `sms` SMs: a block of 8 warps a row up to 8 blocks an
+/// SM, then rows shared out. `programmatic`: as detail::launch_dependent.
+template <class E>
+cudaError_t launch_epilogue(const job<E>& a, E* out, size_t n, int sms, cudaStream_t stream, bool programmatic) {
+  const size_t rows = n / a.hidden;
+  const int grid = static_cast<int>(std::max<size_t>(1, std::min<size_t>(rows, static_cast<size_t>(sms) * 8)));
+  return detail::launch_dependent(epilogue_kernel<E>, grid, 256, stream, programmatic, a, out, n);
+}
+
+#endif
+
+}  // namespace echo::epilogue
