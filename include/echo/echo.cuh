@@ -23,8 +23,11 @@
 #include "comp/none.cuh"
 #include "comp/state_storage.cuh"
 
+#include "epilogue/residual_rms_norm.cuh"
+
 #include "reference/all_reduce.cuh"
 #include "reference/chain_state.cuh"
+#include "reference/residual_rms_norm.cuh"
 
 #if ECHO_HAS_CUDA
 #include "device.cuh"

@@ -64,6 +64,17 @@ class _ChainInfo:
         self.pending = None  # (input data_ptr, n, dtype) of a deferred call awaiting update()
 
 
+def add_rms_norm_torch(y: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """residual += y; y = RMSNorm(residual) * weight, in Llama's order, with torch's own kernels
+    (what the 'off' backend and the fallbacks of the TP layers run; not bit-identical to Echo's)."""
+    with torch.no_grad():
+        residual.add_(y.view(residual.shape))
+        r = residual.float().view(-1, weight.numel())
+        h = (r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + epsilon)).to(y.dtype)
+        y.copy_((h * weight.view(-1)).view(y.shape))
+    return y
+
+
 class EchoAllReduce:
     """Echo's all-reduce among the ranks of ``group`` (collective to construct).
 
@@ -348,6 +359,65 @@ class EchoAllReduce:
         if eager:  # only a call that was accepted leaves a deferred update pending
             self._accepted(chain, x, deferred)
         return target
+
+    def all_reduce_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, epsilon: float,
+                                out: Optional[torch.Tensor] = None, chain=None, mode: str = "fused",
+                                closes: bool = False) -> torch.Tensor:
+        """The all-reduce with vLLM's ``fused_add_rms_norm`` after it, in one launch on the cuda
+        backend: ``residual += sum of x over the ranks`` (in place, one rounding to x's dtype) and
+        returns ``RMSNorm(residual) * weight`` over rows of ``weight.numel()`` values, written to
+        ``out`` (to x when out is None). The norm follows Llama's order: fp32 sum of squares in a
+        fixed order, the row scaled and rounded to x's dtype, then times weight
+        (epilogue/residual_rms_norm.cuh). chain, mode, closes: as for all_reduce. Bit-identical on
+        every rank and between the cuda and reference backends; 'off' computes it with torch ops.
+        """
+        target = x if out is None else out
+        self._judge_epilogue(x, residual, weight, epsilon)
+        if self.backend == "cuda":
+            deferred = mode == "deferred"
+            if closes and deferred:
+                raise ValueError("EchoAllReduce.all_reduce_add_rms_norm: a closing call keeps no error: it cannot be deferred")
+            eager = not _compiling()
+            self._judge_call(x, out, chain, mode, eager)
+            state = chain if self.keeps_state else None
+            torch.ops.echo.all_reduce_rms_norm(self._handle, x, target, residual, weight, float(epsilon), state, deferred,
+                                               bool(closes) and self.keeps_state)
+            if eager:
+                self._accepted(chain, x, deferred)
+            return target
+        self.all_reduce(x, out, chain, mode, closes)
+        if self.backend == "off":
+            return add_rms_norm_torch(target, residual, weight, epsilon)
+        # reference: the spec itself on this rank's arrays
+        t = _DTYPES[x.dtype]
+        npdt = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[t]
+        as_np = lambda a: a.detach().reshape(-1).contiguous().cpu().view(  # noqa: E731
+            {"f32": torch.float32, "f16": torch.float16, "bf16": torch.int16}[t]).numpy().view(npdt).copy()
+        o, r = as_np(target), as_np(residual)
+        reference.residual_rms_norm(o, r, as_np(weight), float(epsilon), t)
+        with torch.no_grad():
+            for dst, a in ((target, o), (residual, r)):
+                dst.copy_(torch.from_numpy(a.view(np.uint8)).view(x.dtype).view(dst.shape))
+        return target
+
+    def _judge_epilogue(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, epsilon: float) -> None:
+        what = "EchoAllReduce.all_reduce_add_rms_norm"
+        for name, t in (("residual", residual), ("weight", weight)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{what}: {name} must be a tensor")
+            if t.dtype != x.dtype or t.device != x.device:
+                raise ValueError(f"{what}: {name} must have x's dtype and device ({x.dtype}, {x.device}), "
+                                 f"got {t.dtype}, {t.device}")
+            if not t.is_contiguous():
+                raise ValueError(f"{what}: {name} must be contiguous")
+        h = weight.numel()
+        if residual.numel() != x.numel():
+            raise ValueError(f"{what}: residual has {residual.numel()} elements, x {x.numel()}")
+        if h == 0 or h % 8 or h > 16384 or x.numel() % h:
+            raise ValueError(f"{what}: rows of weight.numel() = {h} values: a multiple of 8 up to 16384 that divides "
+                             f"x.numel() = {x.numel()}")
+        if not (np.isfinite(epsilon) and epsilon >= 0):
+            raise ValueError(f"{what}: epsilon must be finite and >= 0, got {epsilon}")
 
     def _judge_call(self, x: torch.Tensor, out: Optional[torch.Tensor], chain, mode: str, eager: bool) -> None:
         """What the front refuses before a call (the op and the reference judge the tensors)."""

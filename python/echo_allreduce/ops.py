@@ -1,7 +1,8 @@
 """Loads the ``torch.ops.echo`` library (``_torch_ops.so``) and registers its fake implementations,
-so torch.compile traces ``echo::all_reduce`` and ``echo::update`` without running them.
+so torch.compile traces ``echo::all_reduce``, ``echo::all_reduce_rms_norm`` and ``echo::update``
+without running them.
 
-Both ops only mutate arguments (``out`` and the chain state) and return nothing, so their fake
+The ops only mutate arguments (``out``, the residual and the chain state) and return nothing, so their fake
 implementations have nothing to compute; the schemas' ``(a!)`` annotations tell torch.compile what
 they write. ``create`` / ``check`` / ``destroy`` / ``state_bytes`` are host calls made outside compiled
 regions (setup, tear-down, debugging) and need none.
@@ -33,6 +34,11 @@ def _load() -> bool:
 
     @torch.library.register_fake("echo::all_reduce")
     def _all_reduce_fake(handle, input, out, state=None, deferred=False, closes=False):
+        return None
+
+    @torch.library.register_fake("echo::all_reduce_rms_norm")
+    def _all_reduce_rms_norm_fake(handle, input, out, residual, weight, epsilon, state=None, deferred=False,
+                                  closes=False):
         return None
 
     @torch.library.register_fake("echo::update")

@@ -9,6 +9,7 @@ It is the C++ reference itself, compiled for a fixed table of instantiations
     >>> chain.reset()                                                # at a pass boundary
     >>> outs = all_reduce([x0, x1], rotate=True, clip=0.93, chain=chain)   # outlier-robust 4-bit
     >>> outs = all_reduce([x0, x1], rotate=True, chain=chain, closes=True) # the chain's last call
+    >>> residual_rms_norm(outs[0], residual0, weight, 1e-6)          # the fused epilogue, rank 0
 
 bfloat16 values travel as their bit patterns in uint16 arrays, with ``dtype="bf16"``.
 """
@@ -22,7 +23,7 @@ import numpy as np
 from . import _reference
 from ._reference import ChainState
 
-__all__ = ["all_reduce", "ChainState", "instantiations", "canonical_dtype", "clip_1024"]
+__all__ = ["all_reduce", "residual_rms_norm", "ChainState", "instantiations", "canonical_dtype", "clip_1024"]
 
 _DTYPES = {"f32": "f32", "float32": "f32", "f16": "f16", "float16": "f16", "bf16": "bf16", "bfloat16": "bf16"}
 _NUMPY = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}
@@ -116,3 +117,18 @@ def all_reduce(
         clip_1024(clip), comp, storage, chain, bool(closes)
     )
     return list(out)
+
+
+def residual_rms_norm(out: np.ndarray, residual: np.ndarray, weight: np.ndarray, epsilon: float, dtype=None) -> np.ndarray:
+    """The fused epilogue's spec (``echo::reference::residual_rms_norm``) on one rank, in place:
+    ``residual`` becomes residual + out (rounded once), ``out`` the RMSNorm of its rows (of
+    ``weight.size`` values) times weight. All three C-contiguous, writeable where written, of one
+    element type. Returns out."""
+    t = canonical_dtype(dtype if dtype is not None else out.dtype)
+    for name, a in (("out", out), ("residual", residual)):
+        if not (isinstance(a, np.ndarray) and a.flags.c_contiguous and a.flags.writeable):
+            raise ValueError(f"echo_allreduce.reference.residual_rms_norm: {name} must be a C-contiguous, writeable "
+                             "numpy array (it is written in place)")
+    _reference.residual_rms_norm(out.reshape(-1), residual.reshape(-1), np.ascontiguousarray(weight).reshape(-1),
+                                 float(epsilon), t)
+    return out

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .autograd import copy_to_tp, reduce_from_tp
+from .front import add_rms_norm_torch
 
 
 class TensorParallel:
@@ -113,3 +114,25 @@ class RowParallelLinear(nn.Module):
         chain = self.tp.fwd_chain if self.into_residual else self.tp.fresh_unchained()
         y = reduce_from_tp(F.linear(x, self.weight), self.tp.comm, chain, self.closes)
         return y if self.bias is None else y + self.bias
+
+    def forward_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor,
+                             eps: float) -> torch.Tensor:
+        """Inference, the way engines end a block: ``residual += self(x)`` in place and returns
+        ``RMSNorm(residual) * norm_weight`` (the next layer's input), the all-reduce, the add and
+        the norm in one launch (EchoAllReduce.all_reduce_add_rms_norm). The bias is added by rank 0
+        before the sum. A message Echo cannot take falls back to torch.distributed and torch's ops.
+        No autograd: the residual is updated in place."""
+        if torch.is_grad_enabled() and (x.requires_grad or residual.requires_grad or self.weight.requires_grad):
+            raise RuntimeError("RowParallelLinear.forward_add_rms_norm is for inference: call it under torch.no_grad()")
+        if not self.into_residual:
+            raise ValueError("RowParallelLinear.forward_add_rms_norm: the layer is kept out of the residual stream")
+        y = F.linear(x, self.weight)
+        if self.bias is not None and self.tp.rank == 0:
+            y = y + self.bias
+        comm, chain = self.tp.comm, self.tp.fwd_chain
+        if comm.fits(y, chain):
+            return comm.all_reduce_add_rms_norm(y, residual, norm_weight, eps, chain=chain, closes=self.closes)
+        import torch.distributed as dist
+
+        dist.all_reduce(y, group=comm.group)
+        return add_rms_norm_torch(y, residual, norm_weight, eps)

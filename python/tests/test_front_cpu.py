@@ -547,3 +547,86 @@ def test_compile_traces_a_tp_block_in_one_graph_with_both_chains_mutated():
     assert forward.count("torch.ops.echo.all_reduce.default") == 1  # the row-parallel output
     assert backward.count("torch.ops.echo.all_reduce.default") == 1  # the column-parallel input gradient
     assert "copy_" in backward  # the backward chain's mutation reaches the caller's tensor
+
+
+def _fused_epilogue(rank, world):
+    """all_reduce_add_rms_norm on the reference backend: the reference all-reduce, then
+    reference.residual_rms_norm on this rank's out and residual, bit for bit, along a chain."""
+    from echo_allreduce import EchoAllReduce
+    from _ranks import from_numpy
+
+    hidden, rows = 264, 5
+    n = hidden * rows
+    for cfg in (CONFIGS[0], CONFIGS[1], CONFIGS[5]):
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            comm = EchoAllReduce(None, n, backend="reference", **cfg)
+            chain = comm.new_chain()
+            ef = cfg["comp"] == "error_feedback"
+            mine = reference.ChainState(world, n, cfg["storage"]) if ef else None
+            for call in range(3):
+                xs = rank_inputs(call, n, dtype)
+                res0 = rank_inputs(call + 50, n, dtype)[rank]  # every rank's residual differs
+                w = rank_inputs(call + 90, hidden, dtype, 1)[0] + 1
+                x, res = xs[rank].clone(), res0.clone()
+                out = torch.empty_like(x) if call % 2 else None
+                got = comm.all_reduce_add_rms_norm(x, res, w, 1e-5, out=out, chain=chain, closes=call == 2 and ef)
+                assert got is (x if out is None else out)
+                want = reference.all_reduce([to_numpy(t) for t in xs], chain=mine, dtype=TD[dtype], closes=call == 2 and ef,
+                                            **{k: v for k, v in cfg.items() if k != "storage" or ef})[rank]
+                want_res = to_numpy(res0).copy()
+                reference.residual_rms_norm(want, want_res, to_numpy(w), 1e-5, TD[dtype])
+                assert same_bits(got, from_numpy(want, dtype, x)), (cfg, dtype, call)
+                assert same_bits(res, from_numpy(want_res, dtype, x)), (cfg, dtype, call)
+    # misuse: refused before anything is sent, on every rank alike
+    comm = EchoAllReduce(None, n, backend="reference", **CONFIGS[1])
+    x = torch.zeros(n, dtype=torch.bfloat16)
+    w = torch.ones(hidden, dtype=torch.bfloat16)
+    for args, match in (((x, torch.zeros(n), w), "residual must have x's dtype"),
+                        ((x, torch.zeros(n - 8, dtype=torch.bfloat16), w), "residual has"),
+                        ((x, torch.zeros(n, dtype=torch.bfloat16), torch.ones(12, dtype=torch.bfloat16)), "multiple of 8"),
+                        ((x, torch.zeros(n, dtype=torch.bfloat16), torch.ones(2 * hidden, dtype=torch.bfloat16)), "divides")):
+        with pytest.raises(ValueError, match=match):
+            comm.all_reduce_add_rms_norm(*args, 1e-6)
+    with pytest.raises(ValueError, match="epsilon"):
+        comm.all_reduce_add_rms_norm(x, torch.zeros(n, dtype=torch.bfloat16), w, -1.0)
+
+
+def test_fused_add_rms_norm_on_the_reference_backend_is_the_reference():
+    run_ranks(_fused_epilogue)
+
+
+def _tp_fused_block(rank, world):
+    """RowParallelLinear.forward_add_rms_norm equals forward, the residual add and an fp32 RMSNorm
+    within 8-bit quantization's error, and the residual it leaves equals residual + forward."""
+    from echo_allreduce import EchoAllReduce
+    from echo_allreduce.tp import RowParallelLinear, TensorParallel
+
+    d, tokens = 256, 16
+    comm = EchoAllReduce(None, tokens * d, quant="zero_aware", bits=8, group_size=128, comp="error_feedback",
+                         storage="int8", backend="reference")
+    fused_tp, plain_tp = TensorParallel(comm), TensorParallel(comm)
+    fused = RowParallelLinear(4 * d, d, fused_tp, seed=3, dtype=torch.bfloat16)
+    plain = RowParallelLinear(4 * d, d, plain_tp, seed=3, dtype=torch.bfloat16)
+    with torch.no_grad():
+        fused.bias.normal_(generator=torch.Generator().manual_seed(4))
+        plain.bias.copy_(fused.bias)
+    norm_w = (1 + 0.1 * torch.randn(d, generator=torch.Generator().manual_seed(5))).to(torch.bfloat16)
+    for step in range(3):
+        x = rank_inputs(step, tokens * 4 * d, torch.bfloat16, 1)[0].view(tokens, 4 * d)[:, rank * 2 * d:(rank + 1) * 2 * d]
+        x = x.contiguous()
+        res = rank_inputs(step + 10, tokens * d, torch.bfloat16, 1)[0].view(tokens, d)
+        res_fused = res.clone()
+        with torch.no_grad():
+            h = fused.forward_add_rms_norm(x, res_fused, norm_w, 1e-6)
+            y = plain(x)
+        r = (res.float() + y.float()).to(torch.bfloat16)
+        assert (res_fused.float() - r.float()).abs().max() <= 0.02 * r.float().abs().max(), step
+        rf = r.float()
+        want = (rf * torch.rsqrt(rf.pow(2).mean(-1, keepdim=True) + 1e-6)) * norm_w.float()
+        assert (h.float() - want).abs().max() <= 0.03 * want.abs().max(), step
+    with pytest.raises(RuntimeError, match="inference"):
+        fused.forward_add_rms_norm(x, res_fused, norm_w, 1e-6)
+
+
+def test_tp_row_parallel_fused_add_rms_norm():
+    run_ranks(_tp_fused_block)

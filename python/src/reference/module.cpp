@@ -121,6 +121,27 @@ void all_reduce(const std::vector<in_array>& in, const std::vector<out_array>& o
   e.run(t, ip, op, n, chain, closes);
 }
 
+/// reference::residual_rms_norm on one rank's arrays: out (the all-reduce, becomes the normalised
+/// rows), residual (updated in place), weight (hidden values).
+void residual_rms_norm(const out_array& out, const out_array& residual, const in_array& weight, float epsilon,
+                       const std::string& dtype) {
+  const echo::dtype t = parse_dtype(dtype);
+  check_array(out.dtype(), t, "out", 0);
+  check_array(residual.dtype(), t, "residual", 0);
+  check_array(weight.dtype(), t, "weight", 0);
+  const size_t n = out.size();
+  if (residual.size() != n)
+    throw std::invalid_argument("echo_allreduce.reference.residual_rms_norm: residual has " + std::to_string(residual.size()) +
+                                " elements, out " + std::to_string(n));
+  nb::gil_scoped_release release;
+  echo::dispatch_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    const echo::epilogue::residual_rms_norm<T> e{static_cast<T*>(residual.data()), static_cast<const T*>(weight.data()),
+                                                 weight.size(), epsilon};
+    echo::reference::residual_rms_norm(e, static_cast<T*>(out.data()), n);
+  });
+}
+
 }  // namespace
 }  // namespace echo_py::ref
 
@@ -157,6 +178,7 @@ NB_MODULE(_reference, m) {
 
   m.def("all_reduce", &all_reduce, "inputs"_a, "out"_a, "dtype"_a, "quant"_a, "bits"_a, "group_size"_a, "rotate"_a,
         "clip"_a, "comp"_a, "storage"_a, "chain"_a = nb::none(), "closes"_a = false);
+  m.def("residual_rms_norm", &residual_rms_norm, "out"_a, "residual"_a, "weight"_a, "epsilon"_a, "dtype"_a);
   m.def("instantiations", [] {
     std::vector<std::tuple<std::string, int, int, bool, int, std::string, std::string>> v;
     for (const entry& e : table()) v.emplace_back(e.quant, e.bits, e.group, e.rotate, e.clip, e.comp, e.storage);

@@ -74,6 +74,14 @@ class instance_impl final : public instance {
     return (*ar_)(t, in, out, n, static_cast<cudaStream_t>(stream), view(state, state_bytes), mode);
   }
 
+  echo::status all_reduce_rms_norm(echo::dtype t, const void* in, void* out, size_t n, void* stream, void* state,
+                                   size_t state_bytes, bool deferred, bool closes,
+                                   const echo::epilogue::residual_rms_norm<void>& e) override {
+    if (closes) return ar_->close_chain(t, in, out, n, static_cast<cudaStream_t>(stream), e, view(state, state_bytes));
+    const auto mode = deferred ? echo::state_update::deferred : echo::state_update::fused;
+    return (*ar_)(t, in, out, n, static_cast<cudaStream_t>(stream), e, view(state, state_bytes), mode);
+  }
+
   echo::status update(echo::dtype t, const void* in, size_t n, void* stream, void* state, size_t state_bytes) override {
     return ar_->update(t, in, n, static_cast<cudaStream_t>(stream), view(state, state_bytes));
   }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <echo/dtype.cuh>
+#include <echo/epilogue/residual_rms_norm.cuh>
 #include <echo/error.cuh>
 
 #include <functional>
@@ -35,6 +36,10 @@ class instance {
   /// closes: all_reduce::close (the chain's last call).
   virtual echo::status all_reduce(echo::dtype, const void* in, void* out, size_t n, void* stream, void* state,
                                   size_t state_bytes, bool deferred, bool closes) = 0;
+  /// The same with the residual + RMSNorm epilogue (out: the normalised rows; e.residual updated).
+  virtual echo::status all_reduce_rms_norm(echo::dtype, const void* in, void* out, size_t n, void* stream, void* state,
+                                           size_t state_bytes, bool deferred, bool closes,
+                                           const echo::epilogue::residual_rms_norm<void>& e) = 0;
   /// The deferred half.
   virtual echo::status update(echo::dtype, const void* in, size_t n, void* stream, void* state, size_t state_bytes) = 0;
   virtual echo::status check() = 0;

@@ -5,6 +5,9 @@
 //                int unquantized_below_bytes, float spin_limit_s, bool rotate, int clip) -> int  (collective)
 //   echo::all_reduce(int handle, Tensor input, Tensor(a!) out, Tensor(b!)? state, bool deferred,
 //                    bool closes) -> ()                       (closes: the chain's last call, at 8 bits)
+//   echo::all_reduce_rms_norm(int handle, Tensor input, Tensor(a!) out, Tensor(b!) residual, Tensor weight,
+//                             float epsilon, Tensor(c!)? state, bool deferred, bool closes) -> ()
+//                                   (the all-reduce, then residual += it and out = RMSNorm(residual) * weight)
 //   echo::update(int handle, Tensor input, Tensor(a!) state) -> ()                 (the deferred half)
 //   echo::check(int handle) -> ()          raises if a launch saw a peer timeout / mismatch
 //   echo::destroy(int handle) -> ()
@@ -181,6 +184,39 @@ void all_reduce(int64_t handle, const at::Tensor& input, const at::Tensor& out, 
       s.impl->all_reduce(t, input.data_ptr(), out.data_ptr(), n, stream, st.first, st.second, deferred, closes), op, *s.impl);
 }
 
+void all_reduce_rms_norm(int64_t handle, const at::Tensor& input, const at::Tensor& out, const at::Tensor& residual,
+                         const at::Tensor& weight, double epsilon, const std::optional<at::Tensor>& state, bool deferred,
+                         bool closes) {
+  const char* op = "echo.all_reduce_rms_norm";
+  const slot s = get(handle, op);
+  const echo::dtype t = echo_dtype(input, op);
+  check_tensor(input, op, "input", s);
+  check_tensor(out, op, "out", s);
+  check_tensor(residual, op, "residual", s);
+  check_tensor(weight, op, "weight", s);
+  for (const auto* x : {&out, &residual, &weight})
+    TORCH_CHECK_VALUE(x->scalar_type() == input.scalar_type(), op, ": out, residual and weight must have input's dtype ",
+                      input.scalar_type(), ", got ", x->scalar_type());
+  TORCH_CHECK_VALUE(out.numel() == input.numel() && residual.numel() == input.numel(), op, ": out and residual must have ",
+                    input.numel(), " elements (input's), got ", out.numel(), " and ", residual.numel());
+  TORCH_CHECK_VALUE(weight.numel() > 0 && input.numel() % weight.numel() == 0, op, ": input's ", input.numel(),
+                    " elements are not whole rows of weight's ", weight.numel());
+  const size_t n = static_cast<size_t>(input.numel());
+  TORCH_CHECK_VALUE(n <= s.max_elements, op, ": ", n, " elements exceed max_elements = ", s.max_elements);
+  TORCH_CHECK_VALUE(!deferred || input.data_ptr() != out.data_ptr(), op,
+                    ": a deferred call cannot be in place (update re-reads the input)");
+  TORCH_CHECK_VALUE(!(deferred && closes), op, ": a closing call keeps no error: it cannot be deferred");
+  const auto st = state_of(state, n, op, s);
+  if (n == 0) return;
+  c10::cuda::CUDAGuard guard(input.device());
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream(input.get_device()).stream();
+  const echo::epilogue::residual_rms_norm<void> e{residual.data_ptr(), weight.data_ptr(), static_cast<size_t>(weight.numel()),
+                                                  static_cast<float>(epsilon)};
+  raise_unless_success(s.impl->all_reduce_rms_norm(t, input.data_ptr(), out.data_ptr(), n, stream, st.first, st.second,
+                                                   deferred, closes, e),
+                       op, *s.impl);
+}
+
 void update(int64_t handle, const at::Tensor& input, const at::Tensor& state) {
   const char* op = "echo.update";
   const slot s = get(handle, op);
@@ -239,6 +275,11 @@ void cpu_not_supported(int64_t, const at::Tensor&, const at::Tensor&, const std:
   TORCH_CHECK_VALUE(false, "echo.all_reduce: tensors must be on cuda:<this rank's device>, got CPU tensors "
                            "(on CPU use EchoAllReduce(backend='reference'))");
 }
+void cpu_rms_norm_not_supported(int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
+                                const std::optional<at::Tensor>&, bool, bool) {
+  TORCH_CHECK_VALUE(false, "echo.all_reduce_rms_norm: tensors must be on cuda:<this rank's device>, got CPU tensors "
+                           "(on CPU use EchoAllReduce(backend='reference'))");
+}
 void cpu_update_not_supported(int64_t, const at::Tensor&, const at::Tensor&) {
   TORCH_CHECK_VALUE(false, "echo.update: tensors must be on cuda:<this rank's device>, got CPU tensors");
 }
@@ -255,6 +296,8 @@ TORCH_LIBRARY(echo, m) {
       &create);
   m.def("all_reduce(int handle, Tensor input, Tensor(a!) out, Tensor(b!)? state=None, bool deferred=False, "
         "bool closes=False) -> ()");
+  m.def("all_reduce_rms_norm(int handle, Tensor input, Tensor(a!) out, Tensor(b!) residual, Tensor weight, "
+        "float epsilon, Tensor(c!)? state=None, bool deferred=False, bool closes=False) -> ()");
   m.def("update(int handle, Tensor input, Tensor(a!) state) -> ()");
   m.def("check(int handle) -> ()", &check);
   m.def("destroy(int handle) -> ()", &destroy);
@@ -265,10 +308,12 @@ TORCH_LIBRARY(echo, m) {
 
 TORCH_LIBRARY_IMPL(echo, CUDA, m) {
   m.impl("all_reduce", &echo_py::torch_ops::all_reduce);
+  m.impl("all_reduce_rms_norm", &echo_py::torch_ops::all_reduce_rms_norm);
   m.impl("update", &echo_py::torch_ops::update);
 }
 
 TORCH_LIBRARY_IMPL(echo, CPU, m) {
   m.impl("all_reduce", &echo_py::torch_ops::cpu_not_supported);
+  m.impl("all_reduce_rms_norm", &echo_py::torch_ops::cpu_rms_norm_not_supported);
   m.impl("update", &echo_py::torch_ops::cpu_update_not_supported);
 }
