@@ -14,6 +14,7 @@ Three backends, picked at construction:
 
 from __future__ import annotations
 
+import math
 import weakref
 import zlib
 from typing import Optional
@@ -416,7 +417,7 @@ class EchoAllReduce:
         if h == 0 or h % 8 or h > 16384 or x.numel() % h:
             raise ValueError(f"{what}: rows of weight.numel() = {h} values: a multiple of 8 up to 16384 that divides "
                              f"x.numel() = {x.numel()}")
-        if not (np.isfinite(epsilon) and epsilon >= 0):
+        if not (math.isfinite(epsilon) and epsilon >= 0):
             raise ValueError(f"{what}: epsilon must be finite and >= 0, got {epsilon}")
 
     def _judge_call(self, x: torch.Tensor, out: Optional[torch.Tensor], chain, mode: str, eager: bool) -> None:

@@ -536,3 +536,89 @@ def _random_sequence(rank, world):
 
 def test_a_random_sequence_on_long_lived_objects_equals_the_reference():
     run_ranks(_random_sequence, backend=BACKEND, timeout=400)
+
+
+def _fused_epilogue(rank, world):
+    """all_reduce_add_rms_norm through the op: the reference all-reduce, then the reference epilogue
+    on this rank's out and residual, bit for bit; on the pipeline (forced) and the one-shot path
+    (dispatch), eager, in a CUDA graph and under torch.compile."""
+    dev = device(rank)
+    hidden = 2048
+
+    def expected(expect, xs, res0, w, quant=None, chain=True):
+        want = to_numpy(expect(xs, rank, quant=quant, chain=chain)).copy()
+        want_res = to_numpy(res0).copy()
+        reference.residual_rms_norm(want, want_res, to_numpy(w), 1e-6, "bf16")
+        return from_numpy(want, torch.bfloat16, xs[0]), from_numpy(want_res, torch.bfloat16, xs[0])
+
+    def inputs(call, n):
+        xs = rank_inputs(call, n, torch.bfloat16, world)
+        res0 = rank_inputs(call + 50, n, torch.bfloat16, world)[rank]
+        w = rank_inputs(call + 90, hidden, torch.bfloat16, 1)[0] + 1
+        return xs, res0, w
+
+    for cfg, tokens, forced in ((("zero_aware", 4, 128, "error_feedback", "int8"), 33, True),
+                                (("none", 4, 128, "none", ""), 4, False)):
+        n = tokens * hidden
+        comm = make(cfg, n, unquantized_below_bytes=0 if forced else -1)
+        chain = comm.new_chain()
+        expect = Expect(cfg, world, n)
+        for call in range(3):
+            xs, res0, w = inputs(call, n)
+            x, res = xs[rank].to(dev), res0.to(dev)
+            got = comm.all_reduce_add_rms_norm(x, res, w.to(dev), 1e-6, out=torch.empty_like(x) if call % 2 else None,
+                                               chain=chain)
+            want, want_res = expected(expect, xs, res0, w)
+            assert same_bits(got, want), (cfg, call)
+            assert same_bits(res, want_res), (cfg, call)
+        comm.check()
+        comm.close()
+
+    # a CUDA graph of the fused call, replayed on fresh inputs and residuals
+    cfg = ("zero_aware", 4, 128, "error_feedback", "int8")
+    n = 16 * hidden
+    comm = make(cfg, n, unquantized_below_bytes=0)
+    chain = comm.new_chain()
+    sx = torch.zeros(n, dtype=torch.bfloat16, device=dev)
+    sres, sw, sout = torch.zeros_like(sx), torch.ones(hidden, dtype=torch.bfloat16, device=dev), torch.empty_like(sx)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        comm.all_reduce_add_rms_norm(sx, sres, sw, 1e-6, out=sout, chain=chain)
+    torch.cuda.current_stream().wait_stream(s)
+    chain.zero_()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        comm.all_reduce_add_rms_norm(sx, sres, sw, 1e-6, out=sout, chain=chain)
+    chain.zero_()
+    expect = Expect(cfg, world, n)
+    for call in range(3):
+        xs, res0, w = inputs(10 + call, n)
+        sx.copy_(xs[rank])
+        sres.copy_(res0)
+        sw.copy_(w)
+        graph.replay()
+        want, want_res = expected(expect, xs, res0, w)
+        assert same_bits(sout, want), call
+        assert same_bits(sres, want_res), call
+
+    # torch.compile (fullgraph): the op through its fake implementation
+    chain = comm.new_chain()
+    expect = Expect(cfg, world, n)
+
+    @torch.compile(fullgraph=True)
+    def block_end(x, res, w):
+        return comm.all_reduce_add_rms_norm(x * 2, res, w, 1e-6, out=torch.empty_like(x), chain=chain)
+
+    for call in range(2):
+        xs, res0, w = inputs(20 + call, n)
+        res = res0.to(dev)
+        got = block_end(xs[rank].to(dev), res, w.to(dev))
+        want, want_res = expected(expect, [x * 2 for x in xs], res0, w)
+        assert same_bits(got, want), call
+        assert same_bits(res, want_res), call
+    comm.close()
+
+
+def test_fused_add_rms_norm_equals_the_reference():
+    run_ranks(_fused_epilogue, backend=BACKEND, timeout=600)
