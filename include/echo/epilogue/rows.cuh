@@ -21,10 +21,15 @@ namespace echo::epilogue {
 /// Rows of `a` over out (n values, a whole number of rows). Every thread of every block calls it
 /// (it synchronises the block). out holds the all-reduce and receives the normalised rows; it is
 /// read through L2 (other blocks of the grid wrote it; an L1 line of the input, when in == out,
-/// may be stale). Not inlined: its registers stay out of the transports' main loops.
+/// may be stale). Inlined, and lean in registers (B below): a call would make ptxas keep the
+/// caller's values across it, which raised the transports' kernels' registers and spills.
 template <class E>
-__device__ __noinline__ void apply_rows(const job<E>& a, E* out, size_t n) {
+__device__ __forceinline__ void apply_rows(const job<E>& a, E* out, size_t n) {
   constexpr int C = sum_order::chunk, S = sum_order::slices;
+  // Slices whose loads are issued together: one. More (all 8, or 2) raised the transports'
+  // kernels' registers and spills under their launch bounds (ptxas -v), so the plain call's
+  // code would change with the epilogue inside it.
+  constexpr int B = 1;
   constexpr int max_groups = 32;  // warps of a block of 1024 threads
   __shared__ float slice_sum[max_groups][S];
   const int warps = static_cast<int>(blockDim.x) / 32, warp = static_cast<int>(threadIdx.x) / 32;
@@ -39,27 +44,40 @@ __device__ __noinline__ void apply_rows(const job<E>& a, E* out, size_t n) {
   for (size_t base = static_cast<size_t>(blockIdx.x) * groups; base < rows; base += stride) {
     const size_t row = base + g;
     const bool mine = g < groups && row < rows;
-    E* const res = a.residual + row * H;
-    E* const o = out + row * H;
+    // Apart (the host checks that the residual overlaps neither out nor the weight): the compiler
+    // may issue a chunk's loads before the last chunk's stores.
+    E* __restrict__ const res = a.residual + row * H;
+    E* __restrict__ const o = out + row * H;
     if (mine) {
       float part[S];
 #pragma unroll
       for (int v = 0; v < S; ++v) part[v] = 0.0f;
-      // pass 1: residual += a (rounded), squares into the slices' partials
-      for (size_t c0 = 0; c0 < chunks; c0 += static_cast<size_t>(32 * S)) {
+      // pass 1: residual += a (rounded), squares into the slices' partials. A round's loads are
+      // all issued before its stores (the stores may alias them, for all the compiler knows).
+      for (size_t c0 = 0; c0 < chunks; c0 += static_cast<size_t>(32 * S))
 #pragma unroll
-        for (int v = 0; v < S; ++v) {
+      for (int v0 = 0; v0 < S; v0 += B) {
+        detail::raw_run<E, C> x[B], r[B];
+#pragma unroll
+        for (int v = v0; v < v0 + B; ++v) {
           const size_t c = c0 + static_cast<size_t>(v * 32 + lane);
           if (v % G != wg || c >= chunks) continue;
-          float x[C], r[C];
-          detail::load_floats<E, C, cub::LOAD_CG>(o + c * C, C, x);
-          detail::load_floats<E, C>(res + c * C, C, r);
+          x[v - v0] = detail::load_raw<E, C, cub::LOAD_CG>(o + c * C, C);
+          r[v - v0] = detail::load_raw<E, C>(res + c * C, C);
+        }
+#pragma unroll
+        for (int v = v0; v < v0 + B; ++v) {
+          const size_t c = c0 + static_cast<size_t>(v * 32 + lane);
+          if (v % G != wg || c >= chunks) continue;
+          float xf[C], rf[C];
+          detail::widen(x[v - v0], xf);
+          detail::widen(r[v - v0], rf);
 #pragma unroll
           for (int k = 0; k < C; ++k) {
-            r[k] = element_traits<E>::to_float(element_traits<E>::from_float(detail::add_rn(r[k], x[k])));
-            part[v] = detail::fma_rn(r[k], r[k], part[v]);
+            rf[k] = element_traits<E>::to_float(element_traits<E>::from_float(detail::add_rn(rf[k], xf[k])));
+            part[v] = detail::fma_rn(rf[k], rf[k], part[v]);
           }
-          detail::store_floats<E, C>(res + c * C, C, r);
+          detail::store_floats<E, C>(res + c * C, C, rf);
         }
       }
 #pragma unroll
@@ -78,17 +96,27 @@ __device__ __noinline__ void apply_rows(const job<E>& a, E* out, size_t n) {
                                        detail::add_rn(detail::add_rn(s[4], s[5]), detail::add_rn(s[6], s[7])));
       const float inv = inverse_rms(sum, a.hidden, a.epsilon);
       // pass 2: the lane's own chunks again (its residual stores are its to read back)
-      for (size_t c0 = 0; c0 < chunks; c0 += static_cast<size_t>(32 * S)) {
+      for (size_t c0 = 0; c0 < chunks; c0 += static_cast<size_t>(32 * S))
 #pragma unroll
-        for (int v = 0; v < S; ++v) {
+      for (int v0 = 0; v0 < S; v0 += B) {
+        detail::raw_run<E, C> r[B], w[B];
+#pragma unroll
+        for (int v = v0; v < v0 + B; ++v) {
           const size_t c = c0 + static_cast<size_t>(v * 32 + lane);
           if (v % G != wg || c >= chunks) continue;
-          float r[C], w[C];
-          detail::load_floats<E, C>(res + c * C, C, r);
-          detail::load_floats<E, C>(a.weight + c * C, C, w);
+          r[v - v0] = detail::load_raw<E, C>(res + c * C, C);
+          w[v - v0] = detail::load_raw<E, C>(a.weight + c * C, C);
+        }
 #pragma unroll
-          for (int k = 0; k < C; ++k) r[k] = normalised<E>(r[k], inv, w[k]);
-          detail::store_floats<E, C>(o + c * C, C, r);
+        for (int v = v0; v < v0 + B; ++v) {
+          const size_t c = c0 + static_cast<size_t>(v * 32 + lane);
+          if (v % G != wg || c >= chunks) continue;
+          float rf[C], wf[C];
+          detail::widen(r[v - v0], rf);
+          detail::widen(w[v - v0], wf);
+#pragma unroll
+          for (int k = 0; k < C; ++k) rf[k] = normalised<E>(rf[k], inv, wf[k]);
+          detail::store_floats<E, C>(o + c * C, C, rf);
         }
       }
     }
