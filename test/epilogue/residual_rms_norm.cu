@@ -263,3 +263,32 @@ TEST_CASE("fused epilogue: ranks that disagree on it fail with status::mismatch,
     CHECK(rc.ar(r).check() == echo::status::mismatch);
   }
 }
+
+TEST_CASE("fused epilogue over transport::nccl (a launch of its own after the call)") {
+  using nccl = echo::transport::nccl::tag;
+  if (!runnable<nccl>()) return;
+  reference_check<za4, ef16, bf16, nccl> rc(64 * 2048);
+  for (int k = 0; k < 3; ++k) fused_step(rc, 64, 2048);
+  fused_step(rc, 3, 4096, {false, true, false});
+  fused_step(rc, 5, 1024, {false, false, true});
+}
+
+TEST_CASE("fused epilogue at P = 1: the copy, then the rows") {
+  const auto comms = echo::communicator::local({0}, false);
+  const size_t tokens = 6, hidden = 3072, n = tokens * hidden;
+  echo::all_reduce<za4, echo::transport::cuda_ipc::tag, ef16> ar(comms[0], n);
+  echo::chain<ef16> chain(n);
+  rng g(seed());
+  const auto x = random_elements<bf16>(g, n);
+  rows_of<bf16> r = upload_rows<bf16>(g, {0}, n, hidden);
+  device_buffer<bf16> in(0, n), out(0, n);
+  in.upload(x);
+  const echo::epilogue::residual_rms_norm<bf16> e{r.d_residual[0].ptr, r.d_weight[0].ptr, hidden, 1e-6f};
+  REQUIRE(ar(in.ptr, out.ptr, n, nullptr, e, &chain) == echo::status::success);
+  ECHO_TEST_CUDA(cudaDeviceSynchronize());
+  std::vector<bf16> want = x;
+  echo::reference::residual_rms_norm(echo::epilogue::residual_rms_norm<bf16>{r.residual[0].data(), r.weight[0].data(), hidden, 1e-6f},
+                                     want.data(), n);
+  CHECK(first_mismatch(out.download(n), want) == -1);
+  CHECK(first_mismatch(r.d_residual[0].download(n), r.residual[0]) == -1);
+}

@@ -48,6 +48,19 @@ __device__ __forceinline__ void apply_rows(const job<E>& a, E* out, size_t n) {
     // may issue a chunk's loads before the last chunk's stores.
     E* __restrict__ const res = a.residual + row * H;
     E* __restrict__ const o = out + row * H;
+    // L2 fetches this round's row (in the first round) and the next round's while the warps work
+    // through it: a hint with no register, where issuing more loads a lane would need them.
+    if (mine && wg == 0 && lane == 0) {
+      const uint32_t bytes = static_cast<uint32_t>(H * sizeof(E));
+      if (base == static_cast<size_t>(blockIdx.x) * groups) {
+        detail::prefetch_l2(o, bytes);
+        detail::prefetch_l2(res, bytes);
+      }
+      if (row + stride < rows) {
+        detail::prefetch_l2(out + (row + stride) * H, bytes);
+        detail::prefetch_l2(a.residual + (row + stride) * H, bytes);
+      }
+    }
     if (mine) {
       float part[S];
 #pragma unroll
