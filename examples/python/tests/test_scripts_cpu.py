@@ -1,4 +1,4 @@
-"""The example programs that the GPU checks run (train_tp, e2e_tp, beside_gemm) end to end in their
+"""The example programs that the GPU checks run (train_tp, e2e_tp, beside_gemm, fused_block) end to end in their
 CPU modes (2 gloo ranks, tiny shapes, the `sim` backend for Echo): they start, run every stage and
 write their JSON, so a GPU run is not spent finding a broken script. Needs torch; the
 training check needs the corpus (.data/corpus, scripts/data/build_corpus.py) and skips without it."""
@@ -47,3 +47,11 @@ def test_train_cpu(tmp_path):
         "--eval-every", "0", "--out", str(out))
     d = json.load(open(out))
     assert set(d["variants"]) == {"nccl", "sim:za4g128+ef"}
+
+
+def test_fused_block_cpu():
+    pytest.importorskip("echo_allreduce.reference")  # the reference backend's compiled part
+    out = run("fused_block.py", "--cpu", "--hidden", "256", "--heads", "4", "--ffn", "512", "--layers", "2",
+              "--tokens", "1,8,40")
+    lines = [l for l in out.splitlines() if l.startswith("tokens")]
+    assert len(lines) == 3, out
