@@ -44,8 +44,8 @@ struct call_kind {
 };
 
 /// One fused call of tokens x hidden values on every rank, checked against the reference.
-template <class Q, class C, class T>
-void fused_step(reference_check<Q, C, T>& rc, size_t tokens, size_t hidden, call_kind k = {}, float eps = 1e-5f) {
+template <class Q, class C, class T, class Transport>
+void fused_step(reference_check<Q, C, T, Transport>& rc, size_t tokens, size_t hidden, call_kind k = {}, float eps = 1e-5f) {
   const int P = rc.ranks();
   const size_t n = tokens * hidden;
   const auto host_in = rc.upload_random(n);
@@ -90,7 +90,8 @@ void fused_step(reference_check<Q, C, T>& rc, size_t tokens, size_t hidden, call
     ref(ri, ro, n, epi);
   }
   for (int r = 0; r < P; ++r) {
-    INFO("rank " << r << " of " << P << ", " << tokens << " x " << hidden << ", seed " << seed() << ", " << Q::name << "<"
+    INFO("rank " << r << " of " << P << ", " << tokens << " x " << hidden << ", seed " << seed() << ", " << Transport::name
+                 << " " << Q::name << "<"
                  << Q::bits << "," << Q::group << "> " << C::name << " " << type_name<T>() << (k.in_place ? " in place" : "")
                  << (k.deferred ? " deferred" : "") << (k.closes ? " closing" : ""));
     CHECK(first_mismatch((k.in_place ? rc.in(r) : rc.out(r)).download(n), want[r]) == -1);
