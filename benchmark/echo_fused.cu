@@ -113,7 +113,10 @@ class bench {
       ECHO_FUSED_CUDA(cudaSetDevice(b.device));
       ECHO_FUSED_CUDA(cudaEventRecord(b.stop, b.stream));
       ECHO_FUSED_CUDA(cudaEventSynchronize(b.stop));
-      if (ar_[r]->check() != echo::status::success) throw std::runtime_error("a call failed on rank " + std::to_string(r));
+      if (const echo::status st = ar_[r]->check(); st != echo::status::success)
+        throw std::runtime_error(std::string(v == variant::fused ? "fused" : v == variant::unfused ? "unfused" : "bare") +
+                                 " calls of " + std::to_string(n) + " values failed on rank " + std::to_string(r) + ": " +
+                                 echo::to_string(st));
       float ms = 0;
       ECHO_FUSED_CUDA(cudaEventElapsedTime(&ms, b.start, b.stop));
       worst = std::max(worst, 1e3 * ms / iters);
@@ -122,6 +125,10 @@ class bench {
   }
 
  private:
+  // Every rank's all-reduce is queued before any rank's separate epilogue: ranks sharing a GPU in
+  // one process may share a hardware queue, where a rank's epilogue (waiting for its own call)
+  // queued ahead of a peer's call (which its own call waits for) would deadlock until the spin
+  // limit (transport/cuda_ipc/engine.cuh, ranks_per_context). Processes of one GPU each do not.
   void call_all(variant v, size_t n, size_t hidden) {
     for (size_t r = 0; r < r_.size(); ++r) {
       rank_buffers& b = r_[r];
@@ -130,14 +137,17 @@ class bench {
       typename AR::chain_type* ch = nullptr;
       if constexpr (AR::compensator::keeps_state) ch = ch_[r].get();
       const echo::epilogue::residual_rms_norm<bf16> e{b.residual, b.weight, hidden, 1e-6f};
-      echo::status s = v == variant::fused ? ar(b.in, b.out, n, b.stream, e, ch) : ar(b.in, b.out, n, b.stream, ch);
-      if (s == echo::status::success && v == variant::unfused) {
-        const echo::epilogue::job<bf16> j{echo::epilogue::kind::residual_rms_norm, b.residual, b.weight,
-                                          static_cast<uint32_t>(hidden), 1e-6f};
-        if (echo::epilogue::launch_epilogue(j, b.out, n, sms_, b.stream, true) != cudaSuccess) s = echo::status::cuda_error;
-      }
+      const echo::status s = v == variant::fused ? ar(b.in, b.out, n, b.stream, e, ch) : ar(b.in, b.out, n, b.stream, ch);
       if (s != echo::status::success)
         throw std::runtime_error("rank " + std::to_string(r) + ": " + echo::to_string(s) + " (" + ar.last_error() + ")");
+    }
+    if (v != variant::unfused) return;
+    for (size_t r = 0; r < r_.size(); ++r) {
+      rank_buffers& b = r_[r];
+      ECHO_FUSED_CUDA(cudaSetDevice(b.device));
+      const echo::epilogue::job<bf16> j{echo::epilogue::kind::residual_rms_norm, b.residual, b.weight,
+                                        static_cast<uint32_t>(hidden), 1e-6f};
+      ECHO_FUSED_CUDA(echo::epilogue::launch_epilogue(j, b.out, n, sms_, b.stream, true));
     }
   }
 
@@ -177,9 +187,6 @@ void run(const std::vector<echo::communicator>& comms, size_t lo, size_t hi, siz
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Ranks sharing a GPU each queue two launches a call in the unfused variant: with few hardware
-  // queues, a rank's epilogue could sit ahead of a peer's all-reduce that its own waits for.
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   int ranks = 2, iters = 50, warmup = 10, rounds = 5;
   size_t lo = 8 << 10, hi = size_t(256) << 20, factor = 4, hidden = 4096;
   std::string quant = "default";

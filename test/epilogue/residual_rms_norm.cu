@@ -136,7 +136,7 @@ TEST_CASE("fused epilogue, other element types and quantizers") {
 TEST_CASE("fused epilogue on the one-shot path (decode sizes)") {
   echo::all_reduce_options opt;
   opt.unquantized_below_bytes = 1 << 20;
-  reference_check<echo::quant::none, echo::comp::none, bf16> rc(256 * 1024, opt);
+  reference_check<echo::quant::none, echo::comp::none, bf16> rc(128 * 4096, opt);
   for (size_t tokens : {1, 2, 4, 8, 32, 128}) fused_step(rc, tokens, 4096);
   fused_step(rc, 5, 8192, {true, false, false});
   fused_step(rc, 3, 1000 + 8);

@@ -18,27 +18,38 @@ namespace echo::epilogue {
 
 #if ECHO_HAS_CUDA
 
+/// Chunks a lane loads ahead of its first use, in a kernel whose threads have `registers` each:
+/// 64 bytes of out and of the residual where there are 128 registers or more, else one chunk.
+/// The tail of a transport's kernel runs on its resident grid (8 to 16 warps an SM a rank), so
+/// its lanes must keep loads in flight themselves (echo-fused, H200: 1, 2 and 4 chunks of bf16
+/// were 0.93x, 0.99x and 1.08x the unfused pair at 16 MiB). Below 128 registers (the policies of
+/// 3 blocks an SM) more than one made ptxas spill in those kernels (ptxas -v), which have 24 warps
+/// an SM to hide latency with instead.
+template <class E>
+ECHO_HD constexpr int chunks_in_flight(int registers) {
+  return registers >= 128 ? 64 / (sum_order::chunk * static_cast<int>(sizeof(E))) : 1;
+}
+
 /// Rows of `a` over out (n values, a whole number of rows). Every thread of every block calls it
 /// (it synchronises the block). out holds the all-reduce and receives the normalised rows; it is
 /// read through L2 (other blocks of the grid wrote it; an L1 line of the input, when in == out,
-/// may be stale). Inlined, and lean in registers (B below): a call would make ptxas keep the
+/// may be stale). Inlined, with InFlight from chunks_in_flight: a call would make ptxas keep the
 /// caller's values across it, which raised the transports' kernels' registers and spills.
-template <class E>
+template <class E, int InFlight>
 __device__ __forceinline__ void apply_rows(const job<E>& a, E* out, size_t n) {
+  static_assert(InFlight >= 1 && sum_order::slices % InFlight == 0, "apply_rows: InFlight must divide the 8 slices");
   constexpr int C = sum_order::chunk, S = sum_order::slices;
-  // Slices whose loads are issued together: one. More (all 8, or 2) raised the transports'
-  // kernels' registers and spills under their launch bounds (ptxas -v), so the plain call's
-  // code would change with the epilogue inside it.
-  constexpr int B = 1;
+  constexpr int B = InFlight;
   constexpr int max_groups = 32;  // warps of a block of 1024 threads
   __shared__ float slice_sum[max_groups][S];
   const int warps = static_cast<int>(blockDim.x) / 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const size_t H = a.hidden, rows = n / H, chunks = H / C;
-  // Warps a row: 1 when the rows fill the grid's warps, else a power of two up to 8.
+  // Warps a row: the most (a power of two up to 8) that still give every row a group at once, so
+  // a round of the grid covers every row where it can (1 when the rows fill the grid's warps).
+  const size_t grid_warps = static_cast<size_t>(gridDim.x) * warps;
   int G = 1;
-  if (rows < static_cast<size_t>(gridDim.x) * warps)
-    while (G * 2 <= warps && G * 2 <= S) G *= 2;
+  while (G * 2 <= warps && G * 2 <= S && rows * static_cast<size_t>(G * 2) <= grid_warps) G *= 2;
   const int groups = warps / G, g = warp / G, wg = warp % G;
   const size_t stride = static_cast<size_t>(gridDim.x) * groups;
   for (size_t base = static_cast<size_t>(blockIdx.x) * groups; base < rows; base += stride) {
@@ -142,7 +153,7 @@ __device__ __forceinline__ void apply_rows(const job<E>& a, E* out, size_t n) {
 template <class E>
 __global__ void __launch_bounds__(256) epilogue_kernel(const job<E> a, E* out, size_t n) {
   detail::wait_prior_grid();
-  apply_rows(a, out, n);
+  apply_rows<E, chunks_in_flight<E>(255)>(a, out, n);
 }
 
 /// Launches epilogue_kernel for n values on `sms` SMs: a block of 8 warps a row up to 8 blocks an

@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(Threads) oneshot_kernel(const oneshot_params<T
       echo::detail::store_floats<T, V>(p.out + i, valid, acc);
     }
   }
-  if (p.epilogue.active() && channel.grid_sync()) epilogue::apply_rows(p.epilogue, p.out, p.n);
+  if (p.epilogue.active() && channel.grid_sync())
+    epilogue::apply_rows<T, epilogue::chunks_in_flight<T>(65536 / Threads)>(p.epilogue, p.out, p.n);
   channel.close(epoch);
 }
 
