@@ -18,16 +18,16 @@ namespace echo::epilogue {
 
 #if ECHO_HAS_CUDA
 
-/// Chunks a lane loads ahead of its first use, in a kernel whose threads have `registers` each:
-/// 64 bytes of out and of the residual where there are 128 registers or more, else one chunk.
-/// The tail of a transport's kernel runs on its resident grid (8 to 16 warps an SM a rank), so
-/// its lanes must keep loads in flight themselves (echo-fused, H200: 1, 2 and 4 chunks of bf16
-/// were 0.93x, 0.99x and 1.08x the unfused pair at 16 MiB). Below 128 registers (the policies of
-/// 3 blocks an SM) more than one made ptxas spill in those kernels (ptxas -v), which have 24 warps
-/// an SM to hide latency with instead.
+/// Chunks a lane loads ahead of its first use (InFlight of apply_rows). The tail of a kernel that
+/// runs on a resident grid of few warps an SM needs its lanes to keep loads in flight: in the
+/// one-shot kernel (2 blocks of 512 an SM) and a launch of its own, 64 bytes of out and of the
+/// residual. In the pipeline kernel one: 4 there ran the fused call 1.05x-1.3x the unfused pair
+/// from 2 to 16 MiB where 1 ran it 0.99x-1.08x (echo-fused, H200), but it took the plain 4-bit
+/// call's wide kernel from 106 to 144 registers and 3.7 % slower at 64-256 MiB (echo-perf A/B):
+/// the call without an epilogue must not pay for it.
 template <class E>
-ECHO_HD constexpr int chunks_in_flight(int registers) {
-  return registers >= 128 ? 64 / (sum_order::chunk * static_cast<int>(sizeof(E))) : 1;
+ECHO_HD constexpr int chunks_in_flight() {
+  return 64 / (sum_order::chunk * static_cast<int>(sizeof(E)));
 }
 
 /// Rows of `a` over out (n values, a whole number of rows). Every thread of every block calls it
@@ -153,7 +153,7 @@ __device__ __forceinline__ void apply_rows(const job<E>& a, E* out, size_t n) {
 template <class E>
 __global__ void __launch_bounds__(256) epilogue_kernel(const job<E> a, E* out, size_t n) {
   detail::wait_prior_grid();
-  apply_rows<E, chunks_in_flight<E>(255)>(a, out, n);
+  apply_rows<E, chunks_in_flight<E>()>(a, out, n);
 }
 
 /// Launches epilogue_kernel for n values on `sms` SMs: a block of 8 warps a row up to 8 blocks an

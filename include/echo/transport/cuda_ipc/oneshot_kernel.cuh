@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(Threads) oneshot_kernel(const oneshot_params<T
     }
   }
   if (p.epilogue.active() && channel.grid_sync())
-    epilogue::apply_rows<T, epilogue::chunks_in_flight<T>(65536 / Threads)>(p.epilogue, p.out, p.n);
+    epilogue::apply_rows<T, epilogue::chunks_in_flight<T>()>(p.epilogue, p.out, p.n);
   channel.close(epoch);
 }
 

@@ -181,9 +181,9 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   }
   if (why != wait_result::ok && lane == 0) ch.give_up(why);
   // Rows cross tiles and segments: the epilogue starts once every block has written its part.
-  constexpr int registers = 65536 / (Cfg::threads * Cfg::policy::blocks_per_sm);
-  if (p.last && p.epilogue.active() && channel.grid_sync())
-    epilogue::apply_rows<T, epilogue::chunks_in_flight<T>(registers)>(p.epilogue, p.out, p.n);
+  // One chunk in flight a lane: more changed this kernel's code on calls without an epilogue
+  // (epilogue/rows.cuh, chunks_in_flight).
+  if (p.last && p.epilogue.active() && channel.grid_sync()) epilogue::apply_rows<T, 1>(p.epilogue, p.out, p.n);
 
   // The chain's tag changes with the call's last launch only (every launch of a call reads it).
   channel.close(frame.epoch, p.last ? p.state : nullptr,
