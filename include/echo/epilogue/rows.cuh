@@ -22,9 +22,10 @@ namespace echo::epilogue {
 /// runs on a resident grid of few warps an SM needs its lanes to keep loads in flight: in the
 /// one-shot kernel (2 blocks of 512 an SM) and a launch of its own, 64 bytes of out and of the
 /// residual. In the pipeline kernel one: 4 there ran the fused call 1.05x-1.3x the unfused pair
-/// from 2 to 16 MiB where 1 ran it 0.99x-1.08x (echo-fused, H200), but it took the plain 4-bit
-/// call's wide kernel from 106 to 144 registers and 3.7 % slower at 64-256 MiB (echo-perf A/B):
-/// the call without an epilogue must not pay for it.
+/// from 2 to 16 MiB where 1 ran it 0.99x-1.08x (echo-fused, H200), but raised the pipeline
+/// kernels' registers (106 to 144 in those of one block an SM) and spills (in those of three),
+/// which the calls without an epilogue run too; with one, ptxas -v gives what it gave without the
+/// tail (docs/benchmarks.md, "The fused epilogue", has what the plain calls measured).
 template <class E>
 ECHO_HD constexpr int chunks_in_flight() {
   return 64 / (sum_order::chunk * static_cast<int>(sizeof(E)));

@@ -181,8 +181,8 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   }
   if (why != wait_result::ok && lane == 0) ch.give_up(why);
   // Rows cross tiles and segments: the epilogue starts once every block has written its part.
-  // One chunk in flight a lane: more changed this kernel's code on calls without an epilogue
-  // (epilogue/rows.cuh, chunks_in_flight).
+  // One chunk in flight a lane: more raised this kernel's registers and spills, which calls
+  // without an epilogue pay too (epilogue/rows.cuh, chunks_in_flight).
   if (p.last && p.epilogue.active() && channel.grid_sync()) epilogue::apply_rows<T, 1>(p.epilogue, p.out, p.n);
 
   // The chain's tag changes with the call's last launch only (every launch of a call reads it).
