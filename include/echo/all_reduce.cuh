@@ -323,6 +323,7 @@ class all_reduce {
       if (overlap(res, bytes, state, Comp::state_bytes(n))) return "epilogue.residual: overlaps the chain's state";
       if (overlap(w, wbytes, out, bytes) || overlap(w, wbytes, res, bytes))
         return "epilogue.weight: overlaps out or the residual";
+      if (overlap(w, wbytes, state, Comp::state_bytes(n))) return "epilogue.weight: overlaps the chain's state";
       job = {epilogue::kind::residual_rms_norm, res, w, static_cast<uint32_t>(epi.hidden), epi.epsilon};
       return nullptr;
     }

@@ -391,6 +391,7 @@ class engine {
     if constexpr (has_mid<Quant>) preload_kernel<Mid<Quant>, Quant, T>();
     if constexpr (has_closing && !std::is_same<Closing, Quant>::value) preload_kernel<Policy, Closing, T>();
     echo::detail::preload_kernels(oneshot_kernel<T, oneshot_threads>);
+    (void)oneshot_blocks_per_sm<T>();  // its occupancy query too
   }
 
   /// How a call of n values is cut under policy Pol (cuda_ipc::make_plan over this object's
@@ -491,13 +492,30 @@ class engine {
     // Block b of every rank must cover the same range: the grid depends on n (and the GPU) only.
     constexpr size_t per_block = size_t(16) << 10;
     const size_t blocks = echo::detail::ceil_div(c.n * sizeof(T), per_block);
-    const int most = std::max(1, std::min(64, sms_ * 2 / ranks_per_device()));  // 2 x 512 threads an SM fit
+    // Every block resident at once (they wait on each other's peers): as many an SM as fit, at
+    // most 2 (the epilogue's loads in flight take the registers of a second block of 512).
+    const int most = std::max(1, std::min(64, sms_ * oneshot_blocks_per_sm<T>() / ranks_per_device()));
     const int grid = static_cast<int>(std::min<size_t>(static_cast<size_t>(most), std::max<size_t>(1, blocks)));
     p.sig = echo::detail::signature().add(c.sig).add(grid).add(2).value();
     constexpr auto kernel = oneshot_kernel<T, threads>;
     const bool programmatic = !c.capturing && echo::detail::waits_for_prior_grid<kernel>();
     if (echo::detail::launch_dependent(kernel, grid, threads, stream, programmatic, p) != cudaSuccess) return launch_failed();
     return status::success;
+  }
+
+  /// Blocks of the one-shot kernel for T resident at once on an SM (1 or 2). Computed once.
+  template <class T>
+  static int oneshot_blocks_per_sm() {
+    static const int per_sm = [] {
+      int b = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, oneshot_kernel<T, oneshot_threads>, oneshot_threads, 0) !=
+          cudaSuccess) {
+        (void)cudaGetLastError();
+        b = 1;
+      }
+      return std::max(1, std::min(b, 2));
+    }();
+    return per_sm;
   }
 
   /// Blocks of Kernel that are resident at once on a GPU, shared among the ranks on it: a larger
