@@ -57,6 +57,37 @@ std::vector<float> round_trip(const float* v, size_t len, quant::group_params* b
   return r;
 }
 
+/// x' of every rank: each input widened, (each whole group) transformed where Q transforms, plus
+/// the rank's stored error where the chain continues (ch: null without state).
+template <class Q, class Comp, class T>
+std::vector<std::vector<float>> entry_values(const std::vector<const T*>& in, size_t n, const chain_state<Comp>* ch) {
+  using transform = quant::transform_of_t<Q>;
+  constexpr size_t G = transform::active ? static_cast<size_t>(Q::group) : 1;
+  std::vector<std::vector<float>> xp(in.size(), std::vector<float>(n));
+  for (size_t r = 0; r < in.size(); ++r) {
+    for (size_t k = 0; k < n; ++k) xp[r][k] = element_traits<T>::to_float(in[r][k]);
+    if constexpr (transform::active)
+      for (size_t g = 0; g + G <= n; g += G) transform::forward(&xp[r][g]);
+    if constexpr (Comp::keeps_state)
+      if (ch->continues())
+        for (size_t k = 0; k < n; ++k) xp[r][k] = detail::add_rn(xp[r][k], ch->error(static_cast<int>(r), k));
+  }
+  return xp;
+}
+
+/// Owner j's sum of [b, b + len) in fp32, in rank order: its own x' (exact) and the receipts of the others.
+inline std::vector<float> owner_sum(const std::vector<std::vector<float>>& xp, const std::vector<std::vector<float>>& recv,
+                                    int j, size_t b, size_t len) {
+  const int P = static_cast<int>(xp.size());
+  std::vector<float> S(len);
+  for (size_t k = 0; k < len; ++k) {
+    float acc = j == 0 ? xp[0][b + k] : recv[0][k];
+    for (int i = 1; i < P; ++i) acc = detail::add_rn(acc, i == j ? xp[j][b + k] : recv[i][k]);
+    S[k] = acc;
+  }
+  return S;
+}
+
 template <class Quant, class Comp = comp::none>
 class all_reduce {
   static_assert(quant::check_quantizer<Quant>::value && comp::check_compensator<Comp, Quant>::value);
@@ -161,15 +192,7 @@ class all_reduce {
     // Entry: x' = (the transform of) x + stored error.
     using transform = quant::transform_of_t<Q>;
     constexpr size_t G = transform::active ? static_cast<size_t>(Q::group) : 1;
-    std::vector<std::vector<float>> xp(P, std::vector<float>(n));
-    for (int r = 0; r < P; ++r) {
-      for (size_t k = 0; k < n; ++k) xp[r][k] = element_traits<T>::to_float(in[r][k]);
-      if constexpr (transform::active)
-        for (size_t g = 0; g + G <= n; g += G) transform::forward(&xp[r][g]);
-      if constexpr (Comp::keeps_state)
-        if (ch->continues())
-          for (size_t k = 0; k < n; ++k) xp[r][k] = detail::add_rn(xp[r][k], ch->error(r, k));
-    }
+    const std::vector<std::vector<float>> xp = entry_values<Q>(in, n, ch);
 
     std::vector<std::vector<float>> err(Comp::keeps_state ? P : 0, std::vector<float>(n));
     // Per rank, the parameters of the data group of every 32 errors (comp::step_state's step).
@@ -189,12 +212,7 @@ class all_reduce {
           for (size_t k = 0; k < len; ++k) err[i][b + k] = detail::sub_rn(xp[i][b + k], recv[i][k]);
       }
       // 2. the owner sums in rank order; its own term is exact
-      std::vector<float> S(len);
-      for (size_t k = 0; k < len; ++k) {
-        float acc = (j == 0) ? xp[0][b + k] : recv[0][k];
-        for (int i = 1; i < P; ++i) acc = detail::add_rn(acc, i == j ? xp[j][b + k] : recv[i][k]);
-        S[k] = acc;
-      }
+      const std::vector<float> S = owner_sum(xp, recv, j, b, len);
       // 3. one quantization of the sum, the same code for every rank
       const std::vector<float> g = round_trip<Q, T>(S.data(), len, by_step ? &steps[j][b / 32] : nullptr);
       std::vector<float> y = g;  // the decoded sum in the input's domain

@@ -71,17 +71,7 @@ class reduce_scatter {
       for (size_t k = 0; k < n; ++k) out[0][k] = in[0][k];
       return;
     }
-    using transform = quant::transform_of_t<Quant>;
-    constexpr size_t G = transform::active ? static_cast<size_t>(Quant::group) : 1;
-    std::vector<std::vector<float>> xp(P, std::vector<float>(n));
-    for (int r = 0; r < P; ++r) {
-      for (size_t k = 0; k < n; ++k) xp[r][k] = element_traits<T>::to_float(in[r][k]);
-      if constexpr (transform::active)
-        for (size_t g = 0; g + G <= n; g += G) transform::forward(&xp[r][g]);
-      if constexpr (Comp::keeps_state)
-        if (ch->continues())
-          for (size_t k = 0; k < n; ++k) xp[r][k] = detail::add_rn(xp[r][k], ch->error(r, k));
-    }
+    const std::vector<std::vector<float>> xp = entry_values<Quant>(in, n, ch);
     std::vector<std::vector<float>> err(Comp::keeps_state ? P : 0, std::vector<float>(n, 0.0f));
     for (int j = 0; j < P; ++j) {
       const size_t b = static_cast<size_t>(j) * m;
@@ -92,12 +82,7 @@ class reduce_scatter {
         if constexpr (Comp::keeps_state)
           for (size_t k = 0; k < m; ++k) err[i][b + k] = detail::sub_rn(xp[i][b + k], recv[i][k]);
       }
-      std::vector<float> S(m);
-      for (size_t k = 0; k < m; ++k) {
-        float acc = j == 0 ? xp[0][b + k] : recv[0][k];
-        for (int i = 1; i < P; ++i) acc = detail::add_rn(acc, i == j ? xp[j][b + k] : recv[i][k]);
-        S[k] = acc;
-      }
+      const std::vector<float> S = owner_sum(xp, recv, j, b, m);
       const std::vector<float> y = back_from_domain<Quant, T>(S);
       for (size_t k = 0; k < m; ++k) out[j][k] = element_traits<T>::from_float(y[k]);
     }
