@@ -161,11 +161,14 @@ int64_t create(const c10::intrusive_ptr<c10d::ProcessGroup>& group, bool bootstr
   return static_cast<int64_t>(registry.size());
 }
 
-void all_reduce(int64_t handle, const at::Tensor& input, const at::Tensor& out, const std::optional<at::Tensor>& state,
-                bool deferred, bool closes) {
-  const char* op = "echo.all_reduce";
-  const slot s = get(handle, op);
-  const echo::dtype t = echo_dtype(input, op);
+/// The checks both all-reduce ops make of input, out, the size, the mode and the state; the
+/// call's n and state (nullptr, 0 without state).
+struct call_args {
+  size_t n;
+  std::pair<void*, size_t> state;
+};
+call_args check_call(const slot& s, const char* op, const at::Tensor& input, const at::Tensor& out,
+                     const std::optional<at::Tensor>& state, bool deferred, bool closes) {
   check_tensor(input, op, "input", s);
   check_tensor(out, op, "out", s);
   TORCH_CHECK_VALUE(out.scalar_type() == input.scalar_type(), op, ": out is ", out.scalar_type(), ", input ",
@@ -176,7 +179,15 @@ void all_reduce(int64_t handle, const at::Tensor& input, const at::Tensor& out, 
   TORCH_CHECK_VALUE(!deferred || input.data_ptr() != out.data_ptr(), op,
                     ": a deferred call cannot be in place (update re-reads the input)");
   TORCH_CHECK_VALUE(!(deferred && closes), op, ": a closing call keeps no error: it cannot be deferred");
-  const auto st = state_of(state, n, op, s);
+  return {n, state_of(state, n, op, s)};
+}
+
+void all_reduce(int64_t handle, const at::Tensor& input, const at::Tensor& out, const std::optional<at::Tensor>& state,
+                bool deferred, bool closes) {
+  const char* op = "echo.all_reduce";
+  const slot s = get(handle, op);
+  const echo::dtype t = echo_dtype(input, op);
+  const auto [n, st] = check_call(s, op, input, out, state, deferred, closes);
   if (n == 0) return;
   c10::cuda::CUDAGuard guard(input.device());
   cudaStream_t stream = at::cuda::getCurrentCUDAStream(input.get_device()).stream();
@@ -190,23 +201,16 @@ void all_reduce_rms_norm(int64_t handle, const at::Tensor& input, const at::Tens
   const char* op = "echo.all_reduce_rms_norm";
   const slot s = get(handle, op);
   const echo::dtype t = echo_dtype(input, op);
-  check_tensor(input, op, "input", s);
-  check_tensor(out, op, "out", s);
+  const auto [n, st] = check_call(s, op, input, out, state, deferred, closes);
   check_tensor(residual, op, "residual", s);
   check_tensor(weight, op, "weight", s);
-  for (const auto* x : {&out, &residual, &weight})
-    TORCH_CHECK_VALUE(x->scalar_type() == input.scalar_type(), op, ": out, residual and weight must have input's dtype ",
+  for (const auto* x : {&residual, &weight})
+    TORCH_CHECK_VALUE(x->scalar_type() == input.scalar_type(), op, ": residual and weight must have input's dtype ",
                       input.scalar_type(), ", got ", x->scalar_type());
-  TORCH_CHECK_VALUE(out.numel() == input.numel() && residual.numel() == input.numel(), op, ": out and residual must have ",
-                    input.numel(), " elements (input's), got ", out.numel(), " and ", residual.numel());
+  TORCH_CHECK_VALUE(residual.numel() == input.numel(), op, ": residual must have ", input.numel(),
+                    " elements (input's), got ", residual.numel());
   TORCH_CHECK_VALUE(weight.numel() > 0 && input.numel() % weight.numel() == 0, op, ": input's ", input.numel(),
                     " elements are not whole rows of weight's ", weight.numel());
-  const size_t n = static_cast<size_t>(input.numel());
-  TORCH_CHECK_VALUE(n <= s.max_elements, op, ": ", n, " elements exceed max_elements = ", s.max_elements);
-  TORCH_CHECK_VALUE(!deferred || input.data_ptr() != out.data_ptr(), op,
-                    ": a deferred call cannot be in place (update re-reads the input)");
-  TORCH_CHECK_VALUE(!(deferred && closes), op, ": a closing call keeps no error: it cannot be deferred");
-  const auto st = state_of(state, n, op, s);
   if (n == 0) return;
   c10::cuda::CUDAGuard guard(input.device());
   cudaStream_t stream = at::cuda::getCurrentCUDAStream(input.get_device()).stream();
