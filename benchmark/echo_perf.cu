@@ -59,7 +59,7 @@ struct options {
   bool with_nccl = true, dispatch = false;
   bool share = false;    // -S: -g ranks over fewer GPUs
   bool profile = false;  // -P: one graph-captured call of every rank in a profiler range, per size
-  long long wide_from = -1, mid_from = -1;  // -W, -M: the pipeline's tiers by size (-1: the dispatch table's)
+  std::optional<size_t> wide_from, mid_from;  // -W, -M: the pipeline's tiers by size (unset: the dispatch table's)
   config cfg;
 };
 
@@ -72,11 +72,11 @@ const char* const usage_text =
     "  -n ITERS       timed calls per size (default 20)\n"
     "  -w ITERS       warm-up calls per size (default 5)\n"
     "  -d TYPE        bf16 | fp16 | fp32 (also bfloat16, half, float; default bf16)\n"
-    "  -q QUANT       zero_aware | symmetric | naive_zero_point | none (default zero_aware);\n"
-    "                 rotated (Hadamard-rotated zero_aware) | default (echo::default_quantizer,\n"
-    "                 int8 error state): cuda_ipc and bf16 only\n"
-    "  -B BITS        4 | 8 (default 4)      -G GROUP   128 (default 128)\n"
-    "  -c COMP        none | error_feedback (the default state, step8; default none)\n"
+    "  -q QUANT       a quantizer compiled in (echo/registry.cuh, tool::perf / perf_bf16; the list:\n"
+    "                 -q ?), default zero_aware; rotated: Hadamard-rotated zero_aware; default:\n"
+    "                 echo::default_quantizer\n"
+    "  -B BITS        bits (default 4)      -G GROUP   group size (default 128)\n"
+    "  -c COMP        none | error_feedback (step8 state, int8 for a clipped quantizer; default none)\n"
     "  -t TRANSPORT   cuda_ipc | nccl (default cuda_ipc)\n"
     "  -N 0|1         also run NCCL's all-reduce at every size (default 1)\n"
     "  -D 0|1         1: echo::tuning::dispatch_table picks the path by size (what a user gets);\n"
@@ -90,24 +90,25 @@ const char* const usage_text =
     "                 mid_policy_from_bytes; default: the dispatch table's), for ablations\n"
     "  -h             this text\n";
 
-using factory = std::unique_ptr<runner> (*)(bench_context&, const config&, const echo_runner_options&);
+/// What echo-perf has compiled, for messages.
+std::string compiled_list() {
+  std::string s;
+  for (const instance& i : instances())
+    s += "\n  -q " + i.name + (i.bits ? " -B " + std::to_string(i.bits) + " -G " + std::to_string(i.group) : "") +
+         (i.bf16_cuda_ipc_only ? "   (-t cuda_ipc -d bf16 only)" : "");
+  return s;
+}
 
 /// The compiled instantiations of c's quantizer; throws usage_error if the table lacks them.
-factory factory_of(const config& c) {
-  if (c.quant == "none") return make_none;
-  if ((c.quant == "rotated" || c.quant == "default") &&
-      (c.transport != transport_kind::cuda_ipc || c.type != echo::dtype::bf16))
-    throw usage_error("-q " + c.quant + " is compiled for -t cuda_ipc -d bf16 only");
-  if (c.group == 128) {
-    if (c.quant == "zero_aware" && c.bits == 4) return make_zero_aware_4;
-    if (c.quant == "zero_aware" && c.bits == 8) return make_zero_aware_8;
-    if (c.quant == "symmetric" && c.bits == 4) return make_symmetric_4;
-    if (c.quant == "naive_zero_point" && c.bits == 4) return make_naive_zero_point_4;
-    if (c.quant == "rotated" && c.bits == 4) return make_rotated_4;
-    if (c.quant == "default" && c.bits == 4) return make_default_4;
+const instance& instance_of(const config& c) {
+  for (const instance& i : instances()) {
+    if (i.name != c.quant || (i.bits && (i.bits != c.bits || i.group != c.group))) continue;
+    if (i.bf16_cuda_ipc_only && (c.transport != transport_kind::cuda_ipc || c.type != echo::dtype::bf16))
+      throw usage_error("-q " + c.quant + " is compiled for -t cuda_ipc -d bf16 only");
+    return i;
   }
   throw usage_error("-q " + c.quant + " -B " + std::to_string(c.bits) + " -G " + std::to_string(c.group) +
-                    " is not compiled into echo-perf; it has " + compiled_configs());
+                    " is not compiled into echo-perf; it has:" + compiled_list());
 }
 
 long parse_int(char flag, const char* v, long lo, long hi) {
@@ -138,8 +139,8 @@ options parse(int argc, char** argv) {
         case 'D': o.dispatch = parse_int('D', optarg, 0, 1) != 0; break;
         case 'S': o.share = parse_int('S', optarg, 0, 1) != 0; break;
         case 'P': o.profile = parse_int('P', optarg, 0, 1) != 0; break;
-        case 'W': o.wide_from = static_cast<long long>(parse_size(v, size_t(64) << 30)); break;
-        case 'M': o.mid_from = static_cast<long long>(parse_size(v, size_t(64) << 30)); break;
+        case 'W': o.wide_from = parse_size(v, size_t(64) << 30); break;
+        case 'M': o.mid_from = parse_size(v, size_t(64) << 30); break;
         case 'B': o.cfg.bits = static_cast<int>(parse_int('B', optarg, 1, 64)); break;
         case 'G': o.cfg.group = static_cast<int>(parse_int('G', optarg, 1, 1 << 20)); break;
         case 'd':
@@ -149,10 +150,7 @@ options parse(int argc, char** argv) {
           else throw usage_error("-d: unknown type '" + v + "' (bf16, fp16, fp32)");
           break;
         case 'q':
-          if (v != "zero_aware" && v != "symmetric" && v != "naive_zero_point" && v != "none" && v != "rotated" &&
-              v != "default")
-            throw usage_error("-q: unknown quantizer '" + v +
-                              "' (zero_aware, symmetric, naive_zero_point, none, rotated, default)");
+          if (v == "?") throw usage_error("compiled quantizers:" + compiled_list());
           o.cfg.quant = v;
           break;
         case 'c':
@@ -177,7 +175,7 @@ options parse(int argc, char** argv) {
   if (o.share && o.gpus < 2) throw usage_error("-S 1 needs -g RANKS (at least 2)");
   if (o.profile && o.cfg.transport == transport_kind::nccl)
     throw usage_error("-P 1 needs -t cuda_ipc (transport::nccl's ranks launch from threads of their own)");
-  (void)factory_of(o.cfg);
+  (void)instance_of(o.cfg);
   return o;
 }
 
@@ -186,9 +184,9 @@ const char* type_name(echo::dtype t) {  // nccl-tests' names
 }
 
 std::string config_name(const config& c) {
-  std::string q = c.quant == "none" ? "none" : c.quant + "<" + std::to_string(c.bits) + "," + std::to_string(c.group) + ">";
-  return "echo::all_reduce<" + q + ", " + (c.transport == transport_kind::nccl ? "nccl" : "cuda_ipc") + ", " +
-         (c.comp == comp_kind::error_feedback ? "error_feedback<step8>" : "none") + ">";
+  const instance& i = instance_of(c);
+  return "echo::all_reduce<" + i.type_name + ", " + (c.transport == transport_kind::nccl ? "nccl" : "cuda_ipc") + ", " +
+         (c.comp == comp_kind::error_feedback ? "error_feedback<" + std::string(i.ef_storage) + ">" : "none") + ">";
 }
 
 /// nccl-tests' time format: 7 wide, fewer decimals as it grows.
@@ -325,7 +323,7 @@ int run(const options& o) {
   ro.forced = !o.dispatch;
   ro.wide_from = o.wide_from;
   ro.mid_from = o.mid_from;
-  std::unique_ptr<runner> echo_run = factory_of(o.cfg)(ctx, o.cfg, ro);
+  std::unique_ptr<runner> echo_run = instance_of(o.cfg).make(ctx, o.cfg, ro);
   std::unique_ptr<runner> nccl_run;
   if (with_nccl) nccl_run = std::make_unique<echo_bench::nccl_runner>(ctx, echo::dispatch_dtype(o.cfg.type, [](auto tag) {
                                 return echo_bench::nccl_type<decltype(tag)>();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 
 namespace echo_bench {
 
@@ -11,8 +12,8 @@ struct echo_runner_options {
   bool forced = true;          ///< the quantizer at every size (false: echo::tuning::dispatch_table decides)
   bool check_pointers = true;  ///< options::check_pointers (false: the _nocheck ablation)
   bool threads = false;        ///< each rank's calls from its own thread (always so for transport::nccl)
-  long long wide_from = -1;    ///< options::wide_policy_from_bytes (-1: the dispatch table's)
-  long long mid_from = -1;     ///< options::mid_policy_from_bytes (-1: the dispatch table's)
+  std::optional<size_t> wide_from;  ///< options::wide_policy_from_bytes (unset: the dispatch table's)
+  std::optional<size_t> mid_from;   ///< options::mid_policy_from_bytes (unset: the dispatch table's)
 };
 
 }  // namespace echo_bench

@@ -1,9 +1,8 @@
 // echo-perf's runtime choice of quantizer x compensator x transport x element type, mapped onto
-// compiled echo_runner instantiations. Deliberately small (each entry compiles Echo's kernels
-// for 3 element types x 2 transports x 2 compensators): zero_aware 4 and 8 bits, symmetric 4,
-// naive_zero_point 4 (groups of 128), and quant::none; comp::none and error_feedback<> (step8).
-// Two more for the outlier path's cost, on cuda_ipc and bf16 only: rotated (quant::rotated of
-// zero_aware<4, 128>, step8 state) and default (echo::default_quantizer, int8 state).
+// compiled echo_runner instantiations: the quantizers echo/registry.cuh marks tool::perf (bf16,
+// fp16 and fp32 over both transports) and tool::perf_bf16 (bf16 over cuda_ipc only), each with
+// comp::none and one error-feedback storage, the first registered for tool::perf that holds the
+// quantizer's errors (step8, or int8 for a clipped quantizer).
 #pragma once
 
 #include "../harness/context.cuh"
@@ -12,8 +11,8 @@
 #include <echo/dtype.cuh>
 
 #include <memory>
-#include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace echo_perf {
 
@@ -25,7 +24,7 @@ enum class comp_kind { none, error_feedback };
 enum class transport_kind { cuda_ipc, nccl };
 
 struct config {
-  std::string quant = "zero_aware";  ///< zero_aware, symmetric, naive_zero_point, none, rotated or default
+  std::string quant = "zero_aware";  ///< a registered quantizer's name, or rotated / default (aliases)
   int bits = 4;
   int group = 128;
   comp_kind comp = comp_kind::none;
@@ -33,19 +32,19 @@ struct config {
   echo::dtype type = echo::dtype::bf16;
 };
 
-/// What the table holds, for messages.
-inline const char* compiled_configs() {
-  return "zero_aware 4 or 8 bits, symmetric 4 bits, naive_zero_point 4 bits (all groups of 128), none; "
-         "rotated and default (4 bits, groups of 128, cuda_ipc and bf16 only)";
-}
+using factory = std::unique_ptr<runner> (*)(bench_context&, const config&, const echo_runner_options&);
 
-/// The compensator x transport x element type instantiations of one quantizer (instances.cu).
-std::unique_ptr<runner> make_zero_aware_4(bench_context&, const config&, const echo_runner_options&);
-std::unique_ptr<runner> make_zero_aware_8(bench_context&, const config&, const echo_runner_options&);
-std::unique_ptr<runner> make_symmetric_4(bench_context&, const config&, const echo_runner_options&);
-std::unique_ptr<runner> make_naive_zero_point_4(bench_context&, const config&, const echo_runner_options&);
-std::unique_ptr<runner> make_none(bench_context&, const config&, const echo_runner_options&);
-std::unique_ptr<runner> make_rotated_4(bench_context&, const config&, const echo_runner_options&);
-std::unique_ptr<runner> make_default_4(bench_context&, const config&, const echo_runner_options&);
+/// One compiled quantizer (instances.cu).
+struct instance {
+  std::string name;        ///< -q: the quantizer's name, "rotated" (rotated, no clip) or "default" (echo::default_quantizer)
+  int bits, group;         ///< -B, -G (0 for a quantizer that does not quantize: -q none ignores them)
+  std::string type_name;   ///< the quantizer's C++ name, for the report's header
+  const char* ef_storage;  ///< the state -c error_feedback keeps
+  bool bf16_cuda_ipc_only;
+  factory make;
+};
+
+/// Every compiled quantizer, in the registry's order.
+const std::vector<instance>& instances();
 
 }  // namespace echo_perf

@@ -30,11 +30,10 @@ int run(const options& o) {
   const size_t n = static_cast<size_t>(d.T) * d.D;
 
   std::vector<echo_run> runs;
-  for (quant_kind q : o.quants)
-    for (int b : (q == quant_kind::none ? std::vector<int>{16} : o.bits))
-      for (int g : (q == quant_kind::none ? std::vector<int>{1} : o.groups))
-        for (comp_kind c : o.comps)
-          runs.emplace_back(d, make_reducer(q, b, g, c, make_args{o.ranks, n}));
+  for (const std::string& q : o.quants)
+    for (int b : (q == "none" ? std::vector<int>{16} : o.bits))
+      for (int g : (q == "none" ? std::vector<int>{1} : o.groups))
+        for (const std::string& c : o.comps) runs.emplace_back(d, make_reducer(request{q, b, g, c, o.ranks, n}));
 
   std::printf("echo-sim: depth experiment on the host reference (echo::reference::all_reduce over %d simulated "
               "ranks on the CPU; no GPU involved)\n",

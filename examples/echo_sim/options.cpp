@@ -25,11 +25,13 @@ const char* const usage_text =
     "  --width D        hidden size (default 512)\n"
     "  --tokens T       rows of the residual stream (default 16)\n"
     "  --ffn F          MLP hidden size, a multiple of P (default 4 * width)\n"
-    "  --quant LIST     comma list of zero_aware,naive_zero_point,symmetric,none (default zero_aware)\n"
+    "  --quant LIST     comma list of the quantizers echo/registry.cuh marks tool::sim: zero_aware,\n"
+    "                   naive_zero_point,symmetric,none (default zero_aware)\n"
     "  --bits LIST      code bits, comma list of 2,3,4,6,8 (default 4; ignored by quant none)\n"
     "  --group LIST     group size, comma list of 32,64,128,256 (default 128; ignored by quant none)\n"
     "  --comp LIST      comma list of none,error_feedback (float state),ef_bf16,ef_int8,ef_int4,\n"
-    "                   ef_step8,ef_step4 (the device's state storages; zero_aware 4/8 bits)\n"
+    "                   ef_step8,ef_step4 (the device's state storages, built at 4 and 8 bits of the\n"
+    "                   quantizers marked tool::sim_storage: zero_aware)\n"
     "                   (default none,error_feedback)\n"
     "  --seed S         seed of weights and tokens (default 1)\n"
     "  --passes N       forward passes over fresh tokens with the same weights; each pass is one\n"
@@ -54,6 +56,14 @@ std::vector<T> parse_list(const std::string& flag, const std::string& v, F&& one
   }
   if (out.empty()) throw usage_error(flag + ": empty list");
   return out;
+}
+
+/// s if it is one of `names`, else a usage error that lists them.
+std::string one_of(const std::string& flag, const std::string& s, const std::vector<std::string>& names) {
+  if (std::find(names.begin(), names.end(), s) != names.end()) return s;
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  throw usage_error(flag + ": '" + s + "' is not compiled into echo-sim (" + list + ")");
 }
 
 long long parse_int(const std::string& flag, const std::string& v, long long lo, long long hi) {
@@ -113,25 +123,9 @@ options parse(int argc, char** argv, bool& help) {
       if (val.empty() || *end != '\0' || !(o.branch_gain > 0) || !std::isfinite(o.branch_gain))
         throw usage_error("--branch-gain: '" + val + "' is not a positive number");
     } else if (a == "--quant") {
-      o.quants = parse_list<quant_kind>(a, val, [&](const std::string& s) {
-        if (s == "zero_aware") return quant_kind::zero_aware;
-        if (s == "naive_zero_point") return quant_kind::naive_zero_point;
-        if (s == "symmetric") return quant_kind::symmetric;
-        if (s == "none") return quant_kind::none;
-        throw usage_error("--quant: unknown quantizer '" + s + "' (zero_aware, naive_zero_point, symmetric, none)");
-      });
+      o.quants = parse_list<std::string>(a, val, [&](const std::string& s) { return one_of(a, s, quant_names()); });
     } else if (a == "--comp") {
-      o.comps = parse_list<comp_kind>(a, val, [&](const std::string& s) {
-        if (s == "none") return comp_kind::none;
-        if (s == "error_feedback") return comp_kind::error_feedback;
-        if (s == "ef_bf16") return comp_kind::ef_bf16;
-        if (s == "ef_int8") return comp_kind::ef_int8;
-        if (s == "ef_int4") return comp_kind::ef_int4;
-        if (s == "ef_step8") return comp_kind::ef_step8;
-        if (s == "ef_step4") return comp_kind::ef_step4;
-        throw usage_error("--comp: unknown compensator '" + s +
-                          "' (none, error_feedback, ef_bf16, ef_int8, ef_int4, ef_step8, ef_step4)");
-      });
+      o.comps = parse_list<std::string>(a, val, [&](const std::string& s) { return one_of(a, s, comp_names()); });
     } else if (a == "--bits") {
       o.bits = parse_list<int>(a, val, [&](const std::string& s) {
         const int b = static_cast<int>(parse_int(a, s, 0, 64));

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace echo_sim {
@@ -15,10 +16,10 @@ struct options {
   int width = 512;
   int tokens = 16;
   int ffn = 0;  // 0: 4 * width
-  std::vector<quant_kind> quants{quant_kind::zero_aware};
+  std::vector<std::string> quants{"zero_aware"};
   std::vector<int> bits{4};
   std::vector<int> groups{128};
-  std::vector<comp_kind> comps{comp_kind::none, comp_kind::error_feedback};
+  std::vector<std::string> comps{"none", "error_feedback"};
   uint64_t seed = 1;
   int passes = 1;
   int warmup = -1;          // -1: passes / 2

@@ -1,13 +1,15 @@
 // echo-sim: the runtime choice of quantizer x bits x group x compensator, mapped onto
-// echo::reference::all_reduce<Q, C>. The instantiations are spread over one translation unit per
-// quantizer (reducer_<quantizer>.cpp) so that a parallel build compiles them side by side.
+// echo::reference::all_reduce<Q, C>: the quantizers echo/registry.cuh marks tool::sim, each at
+// every (bits, group) of echo-sim's grid, with the compensators marked tool::sim (and, at 4 and 8
+// bits of a quantizer marked tool::sim_storage, those marked sim_storage). The instantiations are
+// split over generated translation units (examples/CMakeLists.txt) that a parallel build compiles
+// side by side.
 #pragma once
 
 #include <echo/echo.cuh>
+#include <echo/registry.cuh>
 
 #include <memory>
-#include <string>
-#include <type_traits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,22 +18,17 @@ namespace echo_sim {
 
 using bf16 = echo::bfloat16_t;
 
-enum class quant_kind { zero_aware, naive_zero_point, symmetric, none };
-/// error_feedback keeps the error exactly (float state), as the depth experiment always did; the
-/// ef_* kinds keep it as the device's other storage options (zero_aware, 4 or 8 bits only).
-enum class comp_kind { none, error_feedback, ef_bf16, ef_int8, ef_int4, ef_step8, ef_step4 };
+/// echo-sim's grid: a quantizer marked tool::sim is built at each of these.
+inline constexpr int grid_bits[] = {2, 3, 4, 6, 8};
+inline constexpr int grid_groups[] = {32, 64, 128, 256};
 
-inline const char* comp_label(comp_kind c) {
-  switch (c) {
-    case comp_kind::none: return "none";
-    case comp_kind::error_feedback: return "error_feedback";
-    case comp_kind::ef_bf16: return "ef_bf16";
-    case comp_kind::ef_int8: return "ef_int8";
-    case comp_kind::ef_int4: return "ef_int4";
-    case comp_kind::ef_step8: return "ef_step8";
-    case comp_kind::ef_step4: return "ef_step4";
-  }
-  return "?";
+/// echo-sim's name of a compensator: error_feedback is the exact (fp32) state of the depth
+/// experiment, ef_<storage> the device's other storages.
+template <class C>
+std::string comp_label() {
+  if constexpr (!C::keeps_state) return C::name;
+  else if constexpr (std::is_same<typename C::storage, float>::value) return C::name;
+  else return std::string("ef_") + echo::comp::state_storage<typename C::storage>::name;
 }
 
 /// One Echo configuration: a reference all-reduce and its chain state.
@@ -49,7 +46,11 @@ struct reducer {
   }
 };
 
-struct make_args {
+/// What to build: names as on the command line.
+struct request {
+  std::string quant;  ///< a quantizer marked tool::sim, by name
+  int bits, group;    ///< ignored for a quantizer that does not quantize
+  std::string comp;   ///< comp_label of a compensator marked tool::sim or sim_storage
   int ranks;
   size_t n;  ///< elements per call (tokens * width)
 };
@@ -58,9 +59,9 @@ template <class Q, class C>
 struct reducer_impl final : reducer {
   echo::reference::all_reduce<Q, C> ar;
   echo::reference::chain_state<C> chain;
-  reducer_impl(const make_args& a, comp_kind k) : ar(a.ranks), chain(a.ranks, a.n) {
+  explicit reducer_impl(const request& r) : ar(r.ranks), chain(r.ranks, r.n) {
     quant = Q::name;
-    comp = comp_label(k);
+    comp = comp_label<C>();
     bits = Q::bits;
     group = Q::group;
   }
@@ -70,63 +71,66 @@ struct reducer_impl final : reducer {
   }
 };
 
+/// The (bits, group) grid of a quantizer template: Q must be F<bits, group>.
 template <class Q>
-std::unique_ptr<reducer> make_comp(comp_kind c, const make_args& a) {
-  using namespace echo::comp;
-  switch (c) {
-    case comp_kind::none: return std::make_unique<reducer_impl<Q, none>>(a, c);
-    case comp_kind::error_feedback: return std::make_unique<reducer_impl<Q, error_feedback<float>>>(a, c);
-    default: break;
-  }
-  if constexpr (std::is_same<Q, echo::quant::zero_aware<Q::bits, Q::group>>::value && (Q::bits == 4 || Q::bits == 8)) {
-    switch (c) {
-      case comp_kind::ef_bf16: return std::make_unique<reducer_impl<Q, error_feedback<echo::bfloat16_t>>>(a, c);
-      case comp_kind::ef_int8: return std::make_unique<reducer_impl<Q, error_feedback<int8_state>>>(a, c);
-      case comp_kind::ef_int4: return std::make_unique<reducer_impl<Q, error_feedback<int4_state>>>(a, c);
-      case comp_kind::ef_step8: return std::make_unique<reducer_impl<Q, error_feedback<step8_state>>>(a, c);
-      case comp_kind::ef_step4: return std::make_unique<reducer_impl<Q, error_feedback<step4_state>>>(a, c);
-      default: break;
-    }
-  }
-  throw std::invalid_argument(std::string("echo-sim: compensator ") + comp_label(c) + " is built for zero_aware 4 and 8 bits only");
+struct family_of {
+  static_assert(sizeof(Q) == 0, "echo-sim: a quantizer marked tool::sim must be a template <int bits, int group> "
+                                 "(or not quantize at all)");
+};
+template <template <int, int> class F, int B, int G>
+struct family_of<F<B, G>> {
+  template <int B2, int G2>
+  using at = F<B2, G2>;
+};
+
+/// Q with the compensator r.comp names, into out; Storage: the sim_storage ones too.
+template <class Q, bool Storage>
+void make_comp(const request& r, std::unique_ptr<reducer>& out) {
+  echo::for_each_registered<0u, echo::registered_compensators>([&](auto c, std::size_t) {
+    using C = typename decltype(c)::type;
+    constexpr bool built = (decltype(c)::tools & echo::tool::sim) || (Storage && (decltype(c)::tools & echo::tool::sim_storage));
+    if constexpr (built && echo::comp::holds_errors_of<C, Q>::value)
+      if (!out && r.comp == comp_label<C>()) out = std::make_unique<reducer_impl<Q, C>>(r);
+  });
 }
 
-template <template <int, int> class Q, int B>
-std::unique_ptr<reducer> make_group(int g, comp_kind c, const make_args& a) {
-  switch (g) {
-    case 32: return make_comp<Q<B, 32>>(c, a);
-    case 64: return make_comp<Q<B, 64>>(c, a);
-    case 128: return make_comp<Q<B, 128>>(c, a);
-    case 256: return make_comp<Q<B, 256>>(c, a);
-  }
-  throw std::invalid_argument("echo-sim: group " + std::to_string(g) + " is not one of 32, 64, 128, 256");
+template <class E, int B, int G>
+void make_at(const request& r, std::unique_ptr<reducer>& out) {
+  if (out || r.bits != B || r.group != G) return;
+  using Q = typename family_of<typename E::type>::template at<B, G>;
+  make_comp<Q, (E::tools & echo::tool::sim_storage) && (B == 4 || B == 8)>(r, out);
 }
 
-template <template <int, int> class Q>
-std::unique_ptr<reducer> make_bits(int b, int g, comp_kind c, const make_args& a) {
-  switch (b) {
-    case 2: return make_group<Q, 2>(g, c, a);
-    case 3: return make_group<Q, 3>(g, c, a);
-    case 4: return make_group<Q, 4>(g, c, a);
-    case 6: return make_group<Q, 6>(g, c, a);
-    case 8: return make_group<Q, 8>(g, c, a);
-  }
-  throw std::invalid_argument("echo-sim: bits " + std::to_string(b) + " is not one of 2, 3, 4, 6, 8");
+template <class E, int B, std::size_t... Gi>
+void make_bits(const request& r, std::unique_ptr<reducer>& out, std::index_sequence<Gi...>) {
+  (make_at<E, B, grid_groups[Gi]>(r, out), ...);
 }
 
-// One per translation unit.
-std::unique_ptr<reducer> make_zero_aware(int bits, int group, comp_kind c, const make_args& a);
-std::unique_ptr<reducer> make_naive_zero_point(int bits, int group, comp_kind c, const make_args& a);
-std::unique_ptr<reducer> make_symmetric(int bits, int group, comp_kind c, const make_args& a);
-
-inline std::unique_ptr<reducer> make_reducer(quant_kind q, int bits, int group, comp_kind c, const make_args& a) {
-  switch (q) {
-    case quant_kind::zero_aware: return make_zero_aware(bits, group, c, a);
-    case quant_kind::naive_zero_point: return make_naive_zero_point(bits, group, c, a);
-    case quant_kind::symmetric: return make_symmetric(bits, group, c, a);
-    case quant_kind::none: return make_comp<echo::quant::none>(c, a);
-  }
-  throw std::invalid_argument("echo-sim: unknown quantizer");
+template <class E, std::size_t... Bi>
+void make_grid(const request& r, std::unique_ptr<reducer>& out, std::index_sequence<Bi...>) {
+  (make_bits<E, grid_bits[Bi]>(r, out, std::make_index_sequence<std::size(grid_groups)>{}), ...);
 }
+
+/// The reducer r names if its quantizer is in shard Shard of Shards (else null): the content of
+/// one generated translation unit.
+template <std::size_t Shard, std::size_t Shards>
+std::unique_ptr<reducer> make_in_shard(const request& r) {
+  std::unique_ptr<reducer> out;
+  echo::for_each_registered<echo::tool::sim, echo::registered_quantizers, Shard, Shards>([&](auto e, std::size_t) {
+    using E = decltype(e);
+    using Q = typename E::type;
+    if (r.quant != Q::name) return;
+    if constexpr (!Q::quantizes) make_comp<Q, false>(r, out);
+    else make_grid<E>(r, out, std::make_index_sequence<std::size(grid_bits)>{});
+  });
+  return out;
+}
+
+/// Every shard's make_in_shard (generated), in turn; throws std::invalid_argument if none builds r.
+std::unique_ptr<reducer> make_reducer(const request& r);
+
+/// The names --quant and --comp accept.
+std::vector<std::string> quant_names();
+std::vector<std::string> comp_names();
 
 }  // namespace echo_sim

@@ -19,17 +19,13 @@
 
 #include "chain.cuh"
 #include "collective/config.cuh"
-#include "collective/state_kernels.cuh"
 #include "communicator.cuh"
 #include "comp/error_feedback.cuh"
 #include "comp/none.cuh"
 #include "comp/traits.cuh"
 #include "detail/collective_setup.cuh"
 #include "detail/cuda_check.cuh"
-#include "detail/dependent_launch.cuh"
 #include "detail/device_guard.cuh"
-#include "detail/partition.cuh"
-#include "detail/preload.cuh"
 #include "detail/signature.cuh"
 #include "dtype.cuh"
 #include "epilogue/residual_rms_norm.cuh"
@@ -105,14 +101,14 @@ class all_reduce {
   template <class T>
   status operator()(const T* in, T* out, size_t n, cudaStream_t stream, chain_type* ch = nullptr,
                     state_update mode = state_update::fused) {
-    return chained(in, out, n, stream, ch, mode, false, epilogue::none{});
+    return chained(in, out, n, stream, ch, mode, chain_call::continues, epilogue::none{});
   }
 
   /// The same with the state in caller memory (chain_view; not needed without state).
   template <class T>
   status operator()(const T* in, T* out, size_t n, cudaStream_t stream, view_type state,
                     state_update mode = state_update::fused) {
-    return call(in, out, n, stream, state, mode, false, epilogue::none{});
+    return submit(in, out, n, stream, state, mode, chain_call::continues, epilogue::none{});
   }
 
   /// The call with the residual + RMSNorm epilogue (epilogue/residual_rms_norm.cuh), in the same
@@ -120,27 +116,27 @@ class all_reduce {
   template <class T>
   status operator()(const T* in, T* out, size_t n, cudaStream_t stream, const epilogue::residual_rms_norm<T>& epi,
                     chain_type* ch = nullptr, state_update mode = state_update::fused) {
-    return chained(in, out, n, stream, ch, mode, false, epi);
+    return chained(in, out, n, stream, ch, mode, chain_call::continues, epi);
   }
   template <class T>
   status operator()(const T* in, T* out, size_t n, cudaStream_t stream, const epilogue::residual_rms_norm<T>& epi,
                     view_type state, state_update mode = state_update::fused) {
-    return call(in, out, n, stream, state, mode, false, epi);
+    return submit(in, out, n, stream, state, mode, chain_call::continues, epi);
   }
 
   /// Runtime-dtype forms (e.g. for a PyTorch extension).
   status operator()(dtype t, const void* in, void* out, size_t n, cudaStream_t stream, view_type state = {},
                     state_update mode = state_update::fused) {
-    return typed(t, in, out, [&](const auto* i, auto* o) { return call(i, o, n, stream, state, mode, false, epilogue::none{}); });
+    return typed(t, in, out, [&](const auto* i, auto* o) { return submit(i, o, n, stream, state, mode, chain_call::continues, epilogue::none{}); });
   }
   status operator()(dtype t, const void* in, void* out, size_t n, cudaStream_t stream, chain_type* ch,
                     state_update mode = state_update::fused) {
-    return typed(t, in, out, [&](const auto* i, auto* o) { return chained(i, o, n, stream, ch, mode, false, epilogue::none{}); });
+    return typed(t, in, out, [&](const auto* i, auto* o) { return chained(i, o, n, stream, ch, mode, chain_call::continues, epilogue::none{}); });
   }
   status operator()(dtype t, const void* in, void* out, size_t n, cudaStream_t stream,
                     const epilogue::residual_rms_norm<void>& epi, view_type state = {},
                     state_update mode = state_update::fused) {
-    return typed(t, in, out, [&](const auto* i, auto* o) { return call(i, o, n, stream, state, mode, false, typed_epilogue(epi, o)); });
+    return typed(t, in, out, [&](const auto* i, auto* o) { return submit(i, o, n, stream, state, mode, chain_call::continues, typed_epilogue(epi, o)); });
   }
 
   /// The call that closes its chain (the last all-reduce of a forward pass): its input plus the
@@ -150,31 +146,31 @@ class all_reduce {
   /// as it was). Without state, the plain call. Never throws.
   template <class T>
   status close_chain(const T* in, T* out, size_t n, cudaStream_t stream, chain_type* ch = nullptr) {
-    return chained(in, out, n, stream, ch, state_update::fused, true, epilogue::none{});
+    return chained(in, out, n, stream, ch, state_update::fused, chain_call::closes, epilogue::none{});
   }
   template <class T>
   status close_chain(const T* in, T* out, size_t n, cudaStream_t stream, view_type state) {
-    return call(in, out, n, stream, state, state_update::fused, Comp::keeps_state, epilogue::none{});
+    return submit(in, out, n, stream, state, state_update::fused, closing, epilogue::none{});
   }
   template <class T>
   status close_chain(const T* in, T* out, size_t n, cudaStream_t stream, const epilogue::residual_rms_norm<T>& epi,
                      chain_type* ch = nullptr) {
-    return chained(in, out, n, stream, ch, state_update::fused, true, epi);
+    return chained(in, out, n, stream, ch, state_update::fused, chain_call::closes, epi);
   }
   template <class T>
   status close_chain(const T* in, T* out, size_t n, cudaStream_t stream, const epilogue::residual_rms_norm<T>& epi,
                      view_type state) {
-    return call(in, out, n, stream, state, state_update::fused, Comp::keeps_state, epi);
+    return submit(in, out, n, stream, state, state_update::fused, closing, epi);
   }
   status close_chain(dtype t, const void* in, void* out, size_t n, cudaStream_t stream, view_type state = {}) {
     return typed(t, in, out, [&](const auto* i, auto* o) {
-      return call(i, o, n, stream, state, state_update::fused, Comp::keeps_state, epilogue::none{});
+      return submit(i, o, n, stream, state, state_update::fused, closing, epilogue::none{});
     });
   }
   status close_chain(dtype t, const void* in, void* out, size_t n, cudaStream_t stream,
                      const epilogue::residual_rms_norm<void>& epi, view_type state = {}) {
     return typed(t, in, out, [&](const auto* i, auto* o) {
-      return call(i, o, n, stream, state, state_update::fused, Comp::keeps_state, typed_epilogue(epi, o));
+      return submit(i, o, n, stream, state, state_update::fused, closing, typed_epilogue(epi, o));
     });
   }
 
@@ -215,8 +211,10 @@ class all_reduce {
       // (cuda_ipc's one-shot, transport::nccl's ncclAllReduce) the update finds nothing pending and
       // changes nothing.
       const auto* e = reinterpret_cast<const E*>(in);
-      if (n * sizeof(T) < unquantized_below_) return launch_update<quant::none>(e, n, stream, state);
-      return launch_update<Quant>(e, n, stream, state);
+      const status s = n * sizeof(T) < unquantized_below_ ? engine_->template run_update<quant::none>(e, n, state.data(), stream)
+                                                           : engine_->template run_update<Quant>(e, n, state.data(), stream);
+      if (s != status::success) error_ = engine_->last_error();
+      return s;
     }
   }
   status update(dtype t, const void* in, size_t n, cudaStream_t stream, view_type state) {
@@ -259,29 +257,34 @@ class all_reduce {
     return status::poisoned;
   }
   /// A CUDA runtime call of the host path failed: its own error, cleared (none left behind).
+  /// Whether a call is one more of its chain or closes it (close_chain).
+  enum class chain_call { continues, closes };
+  /// close_chain's kind of call: without state there is no chain to close, and it is the plain call.
+  static constexpr chain_call closing = Comp::keeps_state ? chain_call::closes : chain_call::continues;
+
   status cuda_failed(const char* what) {
     (void)cudaGetLastError();
     error_ = what;
     return status::cuda_error;
   }
 
-  /// A call on an echo::chain (or, without state, on none): the chain's own checks, then call().
+  /// A call on an echo::chain (or, without state, on none): the chain's own checks, then submit().
   template <class T, class Epi>
-  status chained(const T* in, T* out, size_t n, cudaStream_t stream, chain_type* ch, state_update mode, bool closes,
+  status chained(const T* in, T* out, size_t n, cudaStream_t stream, chain_type* ch, state_update mode, chain_call end,
                  const Epi& epi) {
     if constexpr (Comp::keeps_state) {
       if (!ch) return fail("chain: this compensator needs a chain (echo::chain or a chain_view)");
       if (ch->update_pending()) return fail("chain: the last call on it was deferred and its update() has not run");
       if (ch->capacity() < n) return fail("chain: capacity below n");
-      const status s = call(in, out, n, stream, ch->view(), mode, closes, epi);
+      const status s = submit(in, out, n, stream, ch->view(), mode, end, epi);
       if (s == status::success) {
         if (mode == state_update::deferred) ch->mark_pending(n, element_traits<storage_of_t<T>>::tag);
         else ch->clear_pending();
       }
       return s;
     } else {
-      (void)closes;
-      return call(in, out, n, stream, view_type{}, mode, false, epi);
+      (void)end;  // without state, close_chain is the plain call
+      return submit(in, out, n, stream, view_type{}, mode, chain_call::continues, epi);
     }
   }
 
@@ -330,10 +333,11 @@ class all_reduce {
   }
 
   template <class T, class Epi>
-  status call(const T* in_t, T* out_t, size_t n, cudaStream_t stream, view_type state, state_update mode,
-              bool closes, const Epi& epi) {
+  status submit(const T* in_t, T* out_t, size_t n, cudaStream_t stream, view_type state, state_update mode,
+                chain_call end, const Epi& epi) {
     using E = storage_of_t<T>;
     static_assert(is_element<E>::value, "echo::all_reduce: unsupported element type");
+    const bool closes = end == chain_call::closes;
     const auto* in = reinterpret_cast<const E*>(in_t);
     auto* out = reinterpret_cast<E*>(out_t);
     if (poisoned()) return poisoned_status();
@@ -365,7 +369,7 @@ class all_reduce {
     if (!capturing && last_stream_ != stream && calls_ > 0 && cudaStreamWaitEvent(stream, done_, 0) != cudaSuccess)
       return cuda_failed("cudaStreamWaitEvent (ordering the call after the last one, made on another stream)");
     const bool unquantized = bytes < unquantized_below_;
-    collective::call<E> c{in,       out,    n,  Comp::keeps_state ? state.data() : nullptr, mode,
+    collective::call_args<E> c{in,       out,    n,  Comp::keeps_state ? state.data() : nullptr, mode,
                           call_signature<E>(n, unquantized, closes, job), capturing, closes, job};
     status s = status::success;
     if (unquantized) s = engine_->run_unquantized(c, stream);
@@ -397,18 +401,6 @@ class all_reduce {
         .add(eps)
         .add(config_signature_)
         .value();
-  }
-
-  template <class Q, class E>
-  status launch_update(const E* in, size_t n, cudaStream_t stream, view_type state) {
-    using Cfg = collective::tile_config<Q, E, Comp, Policy>;
-    const int grid = std::max(1, sms_ * Policy::blocks_per_sm);
-    // The launch's own status, not cudaGetLastError(): an error the caller left behind must not
-    // fail an update that ran (an echo::chain would stay pending).
-    if (detail::launch_dependent(collective::update_kernel<Cfg>, grid, Policy::threads, stream, false, in, state.data(), n,
-                                 detail::granule_of<Q>(), comm_.rank(), comm_.size()) != cudaSuccess)
-      return cuda_failed("the update kernel's launch");
-    return status::success;
   }
 
   static bool is_capturing(cudaStream_t stream) {
@@ -489,18 +481,9 @@ class all_reduce {
     check_configuration(setup);
     engine_ = std::make_unique<engine_type>(comm_, max_elements_, opt_);  // collective itself
     setup.local([&] {
-      if constexpr (Comp::keeps_state) {  // the deferred update's kernels (detail/preload.cuh)
-        detail::preload_kernels(collective::update_kernel<collective::tile_config<Quant, float, Comp, Policy>>,
-                                collective::update_kernel<collective::tile_config<Quant, half_t, Comp, Policy>>,
-                                collective::update_kernel<collective::tile_config<Quant, bfloat16_t, Comp, Policy>>,
-                                collective::update_kernel<collective::tile_config<quant::none, float, Comp, Policy>>,
-                                collective::update_kernel<collective::tile_config<quant::none, half_t, Comp, Policy>>,
-                                collective::update_kernel<collective::tile_config<quant::none, bfloat16_t, Comp, Policy>>);
-      }
       const tuning::dispatch_sizes d = engine_->dispatch(comm_.size()).sizes;
       ECHO_CUDA_TRY(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, comm_.device()));
-      unquantized_below_ =
-          opt_.unquantized_below_bytes >= 0 ? static_cast<size_t>(opt_.unquantized_below_bytes) : d.unquantized_below;
+      unquantized_below_ = opt_.unquantized_below_bytes.value_or(d.unquantized_below);
       ECHO_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     });
     setup.agree();
@@ -512,8 +495,6 @@ class all_reduce {
     if (max_elements > comp::state_header::max_n) return "max_elements must be below 2^56";
     if (!(std::isfinite(opt.spin_limit_seconds) && opt.spin_limit_seconds > 0 && opt.spin_limit_seconds <= 86400))
       return "options.spin_limit_seconds must be in (0, 86400]";
-    if (opt.unquantized_below_bytes < -1) return "options.unquantized_below_bytes must be >= -1";
-    if (opt.wide_policy_from_bytes < -1) return "options.wide_policy_from_bytes must be >= -1";
     return nullptr;
   }
 
@@ -524,10 +505,12 @@ class all_reduce {
       uint64_t config;
       uint64_t max_elements;
       uint64_t workspace_bytes;
-      int64_t unquantized_below;
-      int64_t wide_from;
-      int64_t mid_from;
+      uint64_t unquantized_below;  // 0 where unset: `set` tells
+      uint64_t wide_from;
+      uint64_t mid_from;
+      uint64_t set;  // bit 0, 1, 2: unquantized_below, wide_from, mid_from given
     };
+    const auto bits = [](const std::optional<size_t>& o, int bit) { return o ? uint64_t{1} << bit : uint64_t{0}; };
     detail::signature s;
     s.add(Quant::name).add(static_cast<uint64_t>(Quant::bits)).add(static_cast<uint64_t>(Quant::group));
     if constexpr (quant::transform_of_t<Quant>::active) s.add(quant::transform_of_t<Quant>::name);
@@ -540,8 +523,14 @@ class all_reduce {
                           policy_shape<tuning::mid_policy_t<Policy, Quant, Comp>>()})
       for (const int v : w) s.add(static_cast<uint64_t>(v));
     config_signature_ = s.wide();
-    const record mine{config_signature_, max_elements_, opt_.workspace_bytes, opt_.unquantized_below_bytes,
-                      opt_.wide_policy_from_bytes, opt_.mid_policy_from_bytes};
+    const record mine{config_signature_,
+                      max_elements_,
+                      opt_.workspace_bytes,
+                      opt_.unquantized_below_bytes.value_or(0),
+                      opt_.wide_policy_from_bytes.value_or(0),
+                      opt_.mid_policy_from_bytes.value_or(0),
+                      bits(opt_.unquantized_below_bytes, 0) | bits(opt_.wide_policy_from_bytes, 1) |
+                          bits(opt_.mid_policy_from_bytes, 2)};
     const std::vector<record> all = setup.all_gather(mine);
     for (size_t r = 0; r < all.size(); ++r) {
       const std::string who = "rank " + std::to_string(r) + " and rank " + std::to_string(comm_.rank()) + " ";
@@ -550,11 +539,14 @@ class all_reduce {
       ECHO_REQUIRE(all[r].max_elements == mine.max_elements, "echo::all_reduce", who + "were built with different max_elements");
       ECHO_REQUIRE(all[r].workspace_bytes == mine.workspace_bytes, "echo::all_reduce",
                    who + "were built with different options.workspace_bytes");
-      ECHO_REQUIRE(all[r].unquantized_below == mine.unquantized_below, "echo::all_reduce",
+      const auto differ = [&](int bit, uint64_t record::*v) {
+        return ((all[r].set ^ mine.set) >> bit & 1) || all[r].*v != mine.*v;
+      };
+      ECHO_REQUIRE(!differ(0, &record::unquantized_below), "echo::all_reduce",
                    who + "were built with different options.unquantized_below_bytes");
-      ECHO_REQUIRE(all[r].wide_from == mine.wide_from, "echo::all_reduce",
+      ECHO_REQUIRE(!differ(1, &record::wide_from), "echo::all_reduce",
                    who + "were built with different options.wide_policy_from_bytes");
-      ECHO_REQUIRE(all[r].mid_from == mine.mid_from, "echo::all_reduce",
+      ECHO_REQUIRE(!differ(2, &record::mid_from), "echo::all_reduce",
                    who + "were built with different options.mid_policy_from_bytes");
     }
   }
@@ -565,7 +557,7 @@ class all_reduce {
   size_t max_elements_;
   options opt_;
   size_t unquantized_below_ = 0;
-  int sms_ = 1;  ///< the device's SMs: the update kernel's grid
+  int sms_ = 1;  ///< the device's SMs: the P = 1 epilogue's grid
   uint64_t config_signature_ = 0;
   std::unique_ptr<engine_type> engine_;
   cudaEvent_t done_ = nullptr;       // the last call's completion (orders calls made on other streams)

@@ -3,6 +3,9 @@
 
 #include "config.cuh"
 
+#include <cstddef>
+#include <optional>
+
 namespace echo {
 
 /// fused: the call writes every stored error. deferred: it writes only the errors of the rank's
@@ -21,22 +24,22 @@ struct all_reduce_options {
   /// A peer missing longer than this makes the call fail with status::timeout. Must be > 0.
   double spin_limit_seconds = 10.0;
   /// Below this many bytes a call is not quantized (the transport's best unquantized all-reduce);
-  /// -1: from echo::tuning::dispatch_table for this GPU, P and transport.
-  long long unquantized_below_bytes = -1;
+  /// unset: from echo::tuning::dispatch_table for this GPU, P and transport.
+  std::optional<size_t> unquantized_below_bytes;
   /// cuda_ipc: from this many bytes on a call (quantized or not) runs under the policy's wide
-  /// variant (pipeline_policy::wide_for; nothing changes where the policy names none); -1: from
-  /// echo::tuning::dispatch_table for this GPU and P. Results are bit-identical either way.
-  long long wide_policy_from_bytes = -1;
+  /// variant (pipeline_policy::wide_for; nothing changes where the policy names none); unset: from
+  /// echo::tuning::dispatch_table for this GPU and P (tuning::never: not at all). Results are
+  /// bit-identical either way.
+  std::optional<size_t> wide_policy_from_bytes;
   /// Refuse pointers the device cannot address as its own memory (pageable host memory, another
   /// GPU's memory) with status::invalid_argument. Costs a cudaPointerGetAttributes per new pointer.
   bool check_pointers = true;
   /// cuda_ipc: from this many bytes on a quantized call below the wide size runs under the
-  /// policy's mid variant (pipeline_policy::mid_for); -1: from echo::tuning::dispatch_table. Below it a
-  /// quantized call goes wide from the table's wide_from, as under a policy without a mid variant
-  /// (so a large value switches the mid tier off, and no call weight is left narrow at every
-  /// size). Results are bit-identical either way. (Last, so that older positional initialisers
-  /// keep their meaning.)
-  long long mid_policy_from_bytes = -1;
+  /// policy's mid variant (pipeline_policy::mid_for); unset: from echo::tuning::dispatch_table.
+  /// Below it a quantized call goes wide from the table's wide_from, as under a policy without a
+  /// mid variant (so tuning::never switches the mid tier off, and no call weight is left narrow at
+  /// every size). Results are bit-identical either way.
+  std::optional<size_t> mid_policy_from_bytes;
 };
 
 }  // namespace echo

@@ -95,7 +95,7 @@ class EchoAllReduce:
         comp: str = "error_feedback",
         storage: Optional[str] = None,
         transport: str = "cuda_ipc",
-        unquantized_below_bytes: int = -1,
+        unquantized_below_bytes: Optional[int] = None,
         spin_limit_s: float = 10.0,
         backend: Optional[str] = None,
         device: Optional[torch.device] = None,
@@ -131,7 +131,8 @@ class EchoAllReduce:
             # boxed(): the group as the TorchScript object an op argument takes (as c10d's own ops).
             self._handle = torch.ops.echo.create(
                 group.boxed(), "nccl" in str(dist.get_backend(group)), self.device.index, self.max_elements, self.quant,
-                self.bits, self.group_size, self.comp, self.storage, self.transport, self.unquantized_below_bytes,
+                self.bits, self.group_size, self.comp, self.storage, self.transport,
+                -1 if self.unquantized_below_bytes is None else self.unquantized_below_bytes,  # the op's -1: unset
                 float(spin_limit_s), self.rotate, self.clip)
 
     def _configure(self, max_elements, quant, bits, group_size, comp, storage, transport, unquantized_below_bytes,
@@ -158,7 +159,10 @@ class EchoAllReduce:
         if storage is None:
             storage = "int8" if self.clip != 1024 else "step8"
         self.comp, self.storage, self.transport = comp, storage, transport
-        self.unquantized_below_bytes = int(unquantized_below_bytes)
+        if unquantized_below_bytes is not None and int(unquantized_below_bytes) < 0:
+            raise ValueError("EchoAllReduce: unquantized_below_bytes must be >= 0, or None (the dispatch table's; "
+                             f"the reference backend then quantizes every size), got {unquantized_below_bytes}")
+        self.unquantized_below_bytes = None if unquantized_below_bytes is None else int(unquantized_below_bytes)
         if comp not in ("none", "error_feedback"):
             raise ValueError(f"EchoAllReduce: comp must be 'none' or 'error_feedback', got {comp!r}")
         self.keeps_state = comp == "error_feedback"
@@ -196,7 +200,8 @@ class EchoAllReduce:
                 return 0
             return getattr(self, name)
 
-        return [zlib.crc32(v.encode()) if isinstance(v, str) else int(v) for v in map(value, self._AGREED)]
+        return [zlib.crc32(v.encode()) if isinstance(v, str) else -1 if v is None else int(v)
+                for v in map(value, self._AGREED)]
 
     def _agree(self, rows: list, codes: list) -> None:
         """Raises ValueError on every rank when two ranks were built differently."""
@@ -513,7 +518,7 @@ class EchoAllReduce:
             raise ValueError(f"EchoAllReduce.all_reduce: {x.numel()} elements exceed the chain's capacity {chain.capacity}")
         nbytes = x.numel() * x.element_size()
         quant, comp, state = self.quant, self.comp, chain.state if self.keeps_state else None
-        if 0 <= nbytes < self.unquantized_below_bytes:
+        if self.unquantized_below_bytes is not None and nbytes < self.unquantized_below_bytes:
             # The cuda backend's unquantized paths: exact, the chain untouched (the one-shot kernel,
             # NCCL's own all-reduce), or the 16-bit pipeline, which keeps the chain.
             quant, closes = "none", False  # (an exact call closes nothing: the chain is as it was)

@@ -140,6 +140,8 @@ def _misuse(rank, world):
         comm.all_reduce(torch.zeros(16, dtype=torch.int32), chain=chain)
     with pytest.raises(ValueError, match="no compiled reference entry"):
         EchoAllReduce(None, 100, bits=3, backend="reference")
+    with pytest.raises(ValueError, match="unquantized_below_bytes must be >= 0, or None"):
+        EchoAllReduce(None, 100, unquantized_below_bytes=-1, backend="reference")  # unset is None, not -1
     assert comm.should_use(torch.zeros(64)) and not comm.should_use(torch.zeros(63, dtype=torch.float16))
     assert not comm.should_use(torch.zeros(64, 2).t()) and not comm.should_use(torch.zeros(2000))
     assert not comm.should_use(torch.zeros(64, dtype=torch.int32))

@@ -560,7 +560,7 @@ def _fused_epilogue(rank, world):
     for cfg, tokens, forced in ((("zero_aware", 4, 128, "error_feedback", "int8"), 33, True),
                                 (("none", 4, 128, "none", ""), 4, False)):
         n = tokens * hidden
-        comm = make(cfg, n, unquantized_below_bytes=0 if forced else -1)
+        comm = make(cfg, n, unquantized_below_bytes=0 if forced else None)
         chain = comm.new_chain()
         expect = Expect(cfg, world, n)
         for call in range(3):

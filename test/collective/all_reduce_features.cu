@@ -280,7 +280,7 @@ TEST_CASE("the mid policy: forced at every size through rings it wraps in rounds
   // round where ranks share a context).
   echo::all_reduce_options mid;
   mid.mid_policy_from_bytes = 0;
-  mid.wide_policy_from_bytes = std::numeric_limits<long long>::max();
+  mid.wide_policy_from_bytes = echo::tuning::never;
   mid.workspace_bytes = size_t(512) << 10;
   reference_check<za4, echo::comp::none, bf16> lean(1000003, mid);  // lean: 16384 a flag
   CHECK(lean.ar(0).engine().mid_from_bytes() == 0);
@@ -367,7 +367,7 @@ TEST_CASE("by default the dispatch table decides the unquantized threshold") {
   // The mid tier switched off by the options: every weight, the stateful one too, goes wide from
   // the table's wide_from as under a policy without a mid variant; none stays narrow.
   stateful_ar::options off;
-  off.mid_policy_from_bytes = std::numeric_limits<long long>::max();
+  off.mid_policy_from_bytes = echo::tuning::never;
   auto no_mid = make_all<stateful_ar>(1000, off);
   const auto& o = no_mid[0]->engine();
   CHECK(o.template tier_for<za4>(size_t(1) << 40) == (d.wide_from != never ? tier::wide : tier::narrow));

@@ -20,8 +20,8 @@ namespace {
 template <class Q, class C, class T, class Transport>
 void chains_with_close() {
   if (!runnable<Transport>()) return;
-  constexpr long long never = std::numeric_limits<long long>::max();
-  const std::pair<long long, long long> tiers[] = {{never, never}, {0, never}, {never, 0}};
+  constexpr size_t never = echo::tuning::never;
+  const std::pair<size_t, size_t> tiers[] = {{never, never}, {0, never}, {never, 0}};
   const int runs = std::is_same<Transport, echo::transport::cuda_ipc::tag>::value ? 3 : 1;
   for (int t = 0; t < runs; ++t) {
     INFO("mid from " << tiers[t].first << " B, wide from " << tiers[t].second << " B");

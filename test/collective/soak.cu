@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -220,12 +221,16 @@ class soak_of : public soak_object {
   }
 };
 
-/// wide, mid: options.wide_policy_from_bytes, mid_policy_from_bytes (-1: the dispatch table's);
+/// wide, mid: options.wide_policy_from_bytes, mid_policy_from_bytes (unset: the dispatch table's);
 /// small values make the object's calls switch between the pipeline policies at random.
-echo::all_reduce_options options(long long unquantized_below, size_t workspace = 0, long long wide = -1,
-                                 long long mid = -1) {
+echo::all_reduce_options options(std::optional<size_t> unquantized_below, size_t workspace = 0,
+                                 std::optional<size_t> wide = {}, std::optional<size_t> mid = {}) {
   echo::all_reduce_options o;
+#ifdef ECHO_SOAK_LEGACY
+  ECHO_SOAK_UNQUANTIZED(o) = unquantized_below ? static_cast<long long>(*unquantized_below) : -1;  // its -1: the table's
+#else
   ECHO_SOAK_UNQUANTIZED(o) = unquantized_below;
+#endif
   if (workspace) o.workspace_bytes = workspace;
 #ifndef ECHO_SOAK_LEGACY
   o.wide_policy_from_bytes = wide;
@@ -278,7 +283,7 @@ TEST_CASE("soak: cuda_ipc") {
   using T = transport::cuda_ipc::tag;
   std::vector<std::unique_ptr<soak_object>> o;
   const size_t M = size_t(1) << 22;
-  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::none, T>("za4g128 none dispatch", M, options(-1)));
+  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::none, T>("za4g128 none dispatch", M, options(std::nullopt)));
   o.emplace_back(new soak_of<quant::zero_aware<4, 32>, comp::error_feedback<bf16>, T>("za4g32 ef(bf16) 160K wide>=48K", M, options(0, 160 << 10, 48 << 10)));
   o.emplace_back(new soak_of<quant::symmetric<8, 128>, comp::none, T>("sym8g128 none forced wide>=32K", M, options(0, 0, 32 << 10)));
 #ifndef ECHO_SOAK_LEGACY
@@ -287,14 +292,14 @@ TEST_CASE("soak: cuda_ipc") {
   o.emplace_back(new soak_of<quant::none, comp::none, T>("none none (16-bit pipeline) wide>=64K", M, options(0, 1 << 20, 64 << 10)));
   o.emplace_back(new soak_of<quant::naive_zero_point<4, 64>, comp::error_feedback<float>, T>("naive4g64 ef(f32)", M, options(0)));
 #ifndef ECHO_SOAK_LEGACY
-  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::int8_state>, T>("za4g128 ef(int8) dispatch", M, options(-1)));
+  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::int8_state>, T>("za4g128 ef(int8) dispatch", M, options(std::nullopt)));
   o.emplace_back(new soak_of<quant::zero_aware<8, 64>, comp::error_feedback<comp::int4_state>, T>("za8g64 ef(int4) 256K wide", M, options(0, 256 << 10, 0)));
   o.emplace_back(new soak_of<quant::zero_aware<3, 256>, comp::error_feedback<comp::int8_state>, T>("za3g256 ef(int8)", M, options(1 << 16)));
-  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::step8_state>, T>("za4g128 ef(step8) dispatch", M, options(-1)));
+  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::step8_state>, T>("za4g128 ef(step8) dispatch", M, options(std::nullopt)));
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::step8_state>, T>("za4g128 ef(step8) 192K mid>=64K wide>=2M", M, options(0, 192 << 10, 2 << 20, 64 << 10)));
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::none, T>("za4g128 none mid>=16K", M, options(0, 0, -1, 16 << 10)));
   o.emplace_back(new soak_of<quant::symmetric<8, 32>, comp::error_feedback<comp::step4_state>, T>("sym8g32 ef(step4) 256K wide", M, options(0, 256 << 10, 0)));
-  o.emplace_back(new soak_of<default_quantizer, default_compensator, T>("default (rot, clip, int8) dispatch", M, options(-1)));
+  o.emplace_back(new soak_of<default_quantizer, default_compensator, T>("default (rot, clip, int8) dispatch", M, options(std::nullopt)));
   o.emplace_back(new soak_of<quant::rotated<quant::zero_aware<4, 64>>, comp::error_feedback<comp::step8_state>, T>("rot za4g64 ef(step8) mid>=16K", M, options(0, 0, -1, 16 << 10)));
 #endif
   soak(o, "cuda_ipc");

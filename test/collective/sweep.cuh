@@ -74,8 +74,8 @@ std::vector<T> extreme_elements(rng& r, size_t n, size_t g, uint32_t max_code) {
 /// narrow, mid and wide policies.
 template <class Q, class C, class T, class Transport>
 void extreme_chain() {
-  constexpr long long never = std::numeric_limits<long long>::max();
-  const std::pair<long long, long long> tiers[] = {{never, never}, {0, never}, {never, 0}};  // mid from, wide from
+  constexpr size_t never = echo::tuning::never;
+  const std::pair<size_t, size_t> tiers[] = {{never, never}, {0, never}, {never, 0}};  // mid from, wide from
   const int runs = std::is_same<Transport, echo::transport::cuda_ipc::tag>::value ? 3 : 1;
   const size_t n = 20011;  // a tail group, several tiles
   for (int t = 0; t < runs; ++t) {

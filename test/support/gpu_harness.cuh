@@ -279,7 +279,7 @@ class reference_check {
   /// The size dispatch would send small calls down the unquantized path; a check of Q forces Q
   /// unless the caller sets unquantized_below_bytes itself.
   static typename AR::options forced(typename AR::options opt) {
-    if (opt.unquantized_below_bytes < 0) opt.unquantized_below_bytes = 0;
+    if (!opt.unquantized_below_bytes) opt.unquantized_below_bytes = 0;
     return opt;
   }
 

@@ -19,7 +19,7 @@ struct config {
 
 /// One call as the engine sees it (arguments already checked by echo::all_reduce).
 template <class T>
-struct call {
+struct call_args {
   const T* in;
   T* out;
   size_t n;

@@ -1,9 +1,15 @@
-// The kernel that touches only a rank's own chain state: the deferred update.
+// The kernel that touches only a rank's own chain state, the deferred update, and its launch,
+// which both transports' engines make the same way (it waits on no peer).
 #pragma once
 
 #include "../comp/compensator.cuh"
 #include "../detail/ceil_div.cuh"
+#include "../detail/dependent_launch.cuh"
 #include "../detail/partition.cuh"
+#include "../detail/preload.cuh"
+#include "../dtype.cuh"
+#include "../quant/none.cuh"
+#include "tile_config.cuh"
 #include "tile_stages.cuh"
 
 namespace echo::collective {
@@ -53,6 +59,34 @@ __global__ void __launch_bounds__(Cfg::threads) update_kernel(const typename Cfg
       if (s_due) header->tag = comp::state_header::key(n, Cfg::domain);
     }
   }
+}
+
+/// The deferred update of a call of n elements of T through Q by an engine of Config, on this
+/// rank's state only: Config's policy at its blocks a SM. The launch's own status, never
+/// cudaGetLastError(): an error the caller left behind must not fail an update that ran (an
+/// echo::chain would stay pending).
+template <class Config, class Q, class T>
+cudaError_t launch_update(const T* in, size_t n, unsigned char* state, int rank, int ranks, int sms,
+                          cudaStream_t stream) {
+  using Cfg = tile_config<Q, T, typename Config::comp, typename Config::policy>;
+  const int grid = sms * Config::policy::blocks_per_sm;
+  return echo::detail::launch_dependent(update_kernel<Cfg>, grid > 0 ? grid : 1, Cfg::threads, stream, false, in, state,
+                                        n, echo::detail::granule_of<Q>(), rank, ranks);
+}
+
+/// Loads every update kernel an engine of Config may launch (detail/preload.cuh): its quantizer's
+/// and the unquantized pipeline's, for each element type.
+template <class Config>
+void preload_update_kernels() {
+  using Q = typename Config::quant;
+  using C = typename Config::comp;
+  using P = typename Config::policy;
+  if constexpr (C::keeps_state)
+    echo::detail::preload_kernels(update_kernel<tile_config<Q, float, C, P>>, update_kernel<tile_config<Q, half_t, C, P>>,
+                                  update_kernel<tile_config<Q, bfloat16_t, C, P>>,
+                                  update_kernel<tile_config<quant::none, float, C, P>>,
+                                  update_kernel<tile_config<quant::none, half_t, C, P>>,
+                                  update_kernel<tile_config<quant::none, bfloat16_t, C, P>>);
 }
 
 #endif

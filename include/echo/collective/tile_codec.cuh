@@ -190,7 +190,7 @@ struct tile_codec<Q, T, LaneValues, std::enable_if_t<Q::quantizes>> {
     uint32_t q[V];
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-      q[i] = Q::encode(x[i], p);  // a non-finite group codes to 0 (quant::detail::widen)
+      q[i] = Q::encode(x[i], p);  // a non-finite group codes to 0 (quant::detail::unpacked)
       dq[i] = Q::decode(q[i], p);
     }
     pk::put_codes(r.words, q);

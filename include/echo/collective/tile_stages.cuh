@@ -130,22 +130,28 @@ struct tile_stages {
   /// kernel (0 -> 32 / 36 B) and the reduce takes none.
   static constexpr bool push_errors_in_range = uses_data_step && !std::is_same<T, half_t>::value;
 
+  /// What is known of a lane's errors, so that keeping them skips work.
+  struct error_bounds {
+    /// Every e is finite, so Comp::keep (the identity on finite errors) is skipped: two
+    /// operations a value.
+    bool finite;
+    /// Every |e| is at most 0.75 data steps (a lane the codec quantized without clamping, under
+    /// the bounds above), so the data-step storage skips its own clamp.
+    bool in_range;
+  };
+
   /// Store what the chain keeps for the errors e that quantizing with r (group parameters p)
   /// made (every lane calls it). A storage in units of the data step (uses_data_step) gets the
   /// data group's step from them (the codec's own, not recomputed: a second 1 / s per lane cost
-  /// the heavy policy registers it spilled, docs/benchmarks.md). `finite`: every e is known to be
-  /// finite, so Comp::keep (the identity on finite errors) is skipped: two operations a value.
-  /// `in_range`: every |e| is known to be at most 0.75 data steps (a lane the codec quantized
-  /// without clamping, under the bounds above), so the data-step storage skips its own clamp.
+  /// the heavy policy registers it spilled, docs/benchmarks.md).
   __device__ __forceinline__ static void keep_errors(const state_ref& st, size_t first, int valid, float (&e)[V],
-                                                     const packed& r, const quant::group_params& p, bool finite,
-                                                     bool in_range) {
-    if (!finite) {
+                                                     const packed& r, const quant::group_params& p, error_bounds known) {
+    if (!known.finite) {
 #pragma unroll
       for (int i = 0; i < V; ++i) e[i] = Comp::keep(e[i]);
     }
     if constexpr (uses_data_step)
-      storage::template store<V>(st.data, st.n, first, valid, e, r.w, p, in_range);
+      storage::template store<V>(st.data, st.n, first, valid, e, r.w, p, known.in_range);
     else
       storage::template store<V>(st.data, st.n, first, valid, e);
   }
@@ -172,18 +178,25 @@ struct tile_stages {
         for (int i = 0; i < V; ++i) dq[i] = echo::detail::sub_rn(x[i], dq[i]);
         // A finite group's x' and D(Q(x')) are finite, and so is their difference (|D(Q(x'))| is
         // below 2^8 * 65504 * 2, far below half an ulp of FLT_MAX).
-        keep_errors(st, first, valid, dq, r, p, p.finite, push_errors_in_range && fits);
+        keep_errors(st, first, valid, dq, r, p, error_bounds{p.finite, push_errors_in_range && fits});
       }
     }
     return r;
   }
+
+  /// The reducing rank among its peers.
+  struct rank_place {
+    int me;
+    int ranks;
+  };
 
   /// B (reduce the own segment): S = the sum over ranks 0..P-1 in that order, in fp32, of the own
   /// x' (never quantized) and the receipts recv(i) (a packet pointer of sender i); quantize S
   /// once; write the own output and keep e = S - out. Returns the packet of S for every peer.
   template <class Recv>
   __device__ __forceinline__ static packed reduce(const operands& own, const state_ref& st, T* out, size_t first,
-                                                  int valid, int me, int P, int lane, Recv&& recv) {
+                                                  int valid, rank_place at, Recv&& recv) {
+    const int me = at.me, P = at.ranks, lane = threadIdx.x & 31;
     const bool whole = transform::whole(valid, lane);
     float acc[V];
     if (me == 0) {
@@ -216,7 +229,7 @@ struct tile_stages {
         if (st.keep_own) {
 #pragma unroll
           for (int v = 0; v < V; ++v) dq[v] = echo::detail::sub_rn(acc[v], dq[v]);
-          keep_errors(st, first, valid, dq, r, p, p.finite, reduce_errors_in_range && fits);
+          keep_errors(st, first, valid, dq, r, p, error_bounds{p.finite, reduce_errors_in_range && fits});
         }
       }
     } else {
@@ -226,7 +239,7 @@ struct tile_stages {
 #pragma unroll
           for (int v = 0; v < V; ++v)
             dq[v] = echo::detail::sub_rn(acc[v], element_traits<T>::to_float(element_traits<T>::from_float(dq[v])));
-          keep_errors(st, first, valid, dq, r, p, rounds_finite && p.finite, reduce_errors_in_range && fits);
+          keep_errors(st, first, valid, dq, r, p, error_bounds{rounds_finite && p.finite, reduce_errors_in_range && fits});
         }
       }
     }

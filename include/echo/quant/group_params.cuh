@@ -57,10 +57,11 @@ ECHO_HD uint16_t scale_bits(float s) {
   return h > echo::detail::half_max_finite ? echo::detail::half_max_finite : h;
 }
 
-/// A non-finite group (NaN scale) widens to inv 0 and bias code_magic: x * 0 + code_magic is
-/// code_magic for a finite x and NaN for Inf or NaN, which biased_code's clamp turns into code_magic
-/// too, so every value of the group codes to 0 with no test per value.
-ECHO_HD group_params widen(wire_params w, float offset, float zero_code) {
+/// The wire parameters unpacked to fp32 (group_params). A non-finite group (NaN scale) gets inv 0
+/// and bias code_magic: x * 0 + code_magic is code_magic for a finite x and NaN for Inf or NaN,
+/// which biased_code's clamp turns into code_magic too, so every value of the group codes to 0
+/// with no test per value.
+ECHO_HD group_params unpacked(wire_params w, float offset, float zero_code) {
   const float s = echo::detail::half_bits_to_float(w.p0);
   const bool finite = s == s;
   return {s, (finite && s > 0.0f) ? echo::detail::rcp_rn(s) : 0.0f, offset,

@@ -28,7 +28,7 @@ struct naive_zero_point : group_contract<Bits, Group> {
   }
 
   ECHO_HD static group_params unpack(wire_params w) {
-    return detail::widen(w, echo::detail::half_bits_to_float(w.p1), 0.0f);
+    return detail::unpacked(w, echo::detail::half_bits_to_float(w.p1), 0.0f);
   }
 
   ECHO_HD static float position(float x, const group_params& p) {

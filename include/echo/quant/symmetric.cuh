@@ -24,7 +24,7 @@ struct symmetric : group_contract<Bits, Group> {
   }
 
   ECHO_HD static group_params unpack(wire_params w) {
-    return detail::widen(w, code_offset, code_offset);
+    return detail::unpacked(w, code_offset, code_offset);
   }
 
   ECHO_HD static float position(float x, const group_params& p) {

@@ -20,14 +20,14 @@ struct zero_aware : group_contract<Bits, Group> {
     if (!st.finite) return detail::non_finite_params;
     const float lo = fmin2(st.lo, 0.0f), hi = fmax2(st.hi, 0.0f);
     const uint16_t s_bits = detail::scale_bits(div_rn(sub_rn(hi, lo), static_cast<float>(base::max_code)));
-    const group_params p = detail::widen({s_bits, 0}, 0.0f, 0.0f);
+    const group_params p = detail::unpacked({s_bits, 0}, 0.0f, 0.0f);
     const float z = clamp_code(rint_even(mul_rn(-lo, p.inv)), static_cast<float>(base::max_code));
     return {s_bits, float_to_half_bits(z)};
   }
 
   ECHO_HD static group_params unpack(wire_params w) {
     const float z = echo::detail::half_bits_to_float(w.p1);
-    return detail::widen(w, z, z);
+    return detail::unpacked(w, z, z);
   }
 
   ECHO_HD static float position(float x, const group_params& p) {

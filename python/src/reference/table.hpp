@@ -1,9 +1,11 @@
-// The host reference's table: one entry per compiled (quantizer, compensator) pair, found by name
-// at run time. Quantizers and compensators: common/quantizers.hpp and common/compensators.hpp. One
-// translation unit per quantizer family adds its entries, so a parallel build compiles them side by side.
+// The host reference's table: one entry per (quantizer, compensator) pair of echo/registry.cuh
+// marked echo::tool::reference, found by name at run time. The pairs are split over generated
+// translation units (python/CMakeLists.txt), so a parallel build compiles them side by side.
 #pragma once
 
-#include "../common/quantizers.hpp"
+#include "../common/registry.hpp"
+
+#include <echo/echo.cuh>
 
 #include <memory>
 #include <stdexcept>
@@ -33,7 +35,7 @@ class chain_impl final : public chain_base {
   size_t size() const override { return state.size(); }
   void reset() override { state.reset(); }
   float error(int rank, size_t i) const override { return state.error(rank, i); }
-  const char* storage() const override { return comp_names<C>::storage; }
+  const char* storage() const override { return echo::storage_name<C>(); }
   echo::reference::chain_state<C> state;
 };
 
@@ -42,13 +44,7 @@ using run_fn = void (*)(echo::dtype, const std::vector<const void*>& in, const s
                         chain_base* chain, bool closes);
 
 struct entry {
-  const char* quant;
-  int bits;   ///< 0 for quant none
-  int group;  ///< 0 for quant none
-  bool rotate;  ///< quant::rotated
-  int clip;     ///< quant::clipped's ratio in 1024ths (1024: none)
-  const char* comp;
-  const char* storage;  ///< "" for comp none
+  key name;
   run_fn run;
 };
 
@@ -64,7 +60,7 @@ void run(echo::dtype t, const std::vector<const void*>& in, const std::vector<vo
     auto* c = dynamic_cast<chain_impl<C>*>(chain);
     if (!c)
       throw std::invalid_argument(std::string("echo_allreduce.reference: error_feedback with storage '") +
-                                  comp_names<C>::storage + "' needs a ChainState of that storage" +
+                                  echo::storage_name<C>() + "' needs a ChainState of that storage" +
                                   (chain ? std::string(", got one of '") + chain->storage() + "'" : std::string()));
     call(&c->state);
   } else {
@@ -73,29 +69,15 @@ void run(echo::dtype t, const std::vector<const void*>& in, const std::vector<vo
   }
 }
 
-/// Q with compensator C, where C keeps Q's errors (comp::holds_errors_of: no clip on a step state).
-template <class Q, class C>
-void add_one(std::vector<entry>& table) {
-  if constexpr (echo::comp::holds_errors_of<C, Q>::value)
-    table.push_back({Q::name, bits_of<Q>(), group_of<Q>(), rotate_of<Q>(), clip_of<Q>(), comp_names<C>::comp,
-                     comp_names<C>::storage, &run<Q, C>});
+/// The entries of one generated translation unit: shard Shard of Shards of the registry.
+template <std::size_t Shard, std::size_t Shards>
+void add_shard(std::vector<entry>& table) {
+  for_each_pair<echo::tool::reference, Shard, Shards>([&](auto q, auto c, const key& k) {
+    table.push_back({k, &run<typename decltype(q)::type, typename decltype(c)::type>});
+  });
 }
 
-template <class Q, class... C>
-void add(std::vector<entry>& table, type_list<C...>) {
-  (add_one<Q, C>(table), ...);
-}
-
-/// Adds every quantizer of a family (common/quantizers.hpp) with every compensator.
-template <class... Q>
-void add_family(std::vector<entry>& table, type_list<Q...>) {
-  (add<Q>(table, compensators{}), ...);
-}
-
-void add_zero_aware(std::vector<entry>& table);
-void add_symmetric(std::vector<entry>& table);
-void add_naive_zero_point(std::vector<entry>& table);
-void add_none(std::vector<entry>& table);
-void add_outlier(std::vector<entry>& table);
+/// Every shard's entries (defined by the generated shards.inc), in registry order.
+void add_shards(std::vector<entry>& table);
 
 }  // namespace echo_py::ref

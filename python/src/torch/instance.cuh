@@ -1,8 +1,8 @@
 // instance_impl<Q, Transport, C>: one echo::all_reduce behind the type-erased torch_ops::instance.
-// Included by the per-family .cu files only (it instantiates the device pipeline).
+// Included by the generated shard .cu files only (it instantiates the device pipelines).
 #pragma once
 
-#include "../common/quantizers.hpp"
+#include "../common/registry.hpp"
 #include "instance.hpp"
 
 #include <echo/detail/collective_setup.cuh>
@@ -109,26 +109,26 @@ std::unique_ptr<instance> make(const bootstrap& b, const options& o) {
   return std::make_unique<instance_impl<Q, Transport, C>>(b, o);
 }
 
-/// Q with compensator C, where C keeps Q's errors (comp::holds_errors_of: no clip on a step state).
-template <class Transport, class Q, class C>
-void add_one(std::vector<entry>& table) {
-  if constexpr (echo::comp::holds_errors_of<C, Q>::value)
-    table.push_back({Q::name, bits_of<Q>(), group_of<Q>(), rotate_of<Q>(), clip_of<Q>(), comp_names<C>::comp,
-                     comp_names<C>::storage, Transport::name, &make<Q, Transport, C>});
+/// The pairs of shard Shard of Shards marked Tools, over Transport.
+template <class Transport, unsigned Tools, std::size_t Shard, std::size_t Shards>
+void add_transport_shard(std::vector<entry>& table, unsigned order_base) {
+  for_each_pair<Tools, Shard, Shards>([&](auto q, auto c, const key& k) {
+    using Q = typename decltype(q)::type;
+    using C = typename decltype(c)::type;
+    table.push_back({k.quant.name, k.quant.bits, k.quant.group, k.quant.rotate, k.quant.clip, k.comp, k.storage,
+                     Transport::name, &make<Q, Transport, C>, order_base + k.order});
+  });
 }
 
-template <class Transport, class Q, class... C>
-void add(std::vector<entry>& table, type_list<C...>) {
-  (add_one<Transport, Q, C>(table), ...);
-}
-
-/// Adds quantizer I of a family (common/quantizers.hpp) with every compensator over Transport:
-/// the content of one generated translation unit (torch_ops.cmake), whose idea of the family's
-/// length Size is checked here.
-template <class Transport, class Family, size_t I, size_t Size, class Comps = compensators>
-void add_quantizer(std::vector<entry>& table) {
-  static_assert(Family::size == Size, "the family's length in python/src/torch/torch_ops.cmake is stale");
-  add<Transport, typename Family::template at<I>>(table, Comps{});
+/// The content of one generated translation unit (torch_ops.cmake): the registry's entries marked
+/// tool::torch over cuda_ipc and tool::torch_nccl over nccl, dealt round the shards as one list (the
+/// nccl ones after the cuda_ipc ones), so each shard compiles about the same number of pipelines.
+template <std::size_t Shard, std::size_t Shards>
+void add_shard(std::vector<entry>& table) {
+  constexpr std::size_t ipc = echo::registered_with_t<echo::tool::torch, echo::registered_quantizers>::size;
+  add_transport_shard<echo::transport::cuda_ipc::tag, echo::tool::torch, Shard, Shards>(table, 0);
+  add_transport_shard<echo::transport::nccl::tag, echo::tool::torch_nccl, (Shard + Shards - ipc % Shards) % Shards,
+                      Shards>(table, 1u << 20);
 }
 
 }  // namespace echo_py::torch_ops

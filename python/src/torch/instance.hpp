@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,7 @@ struct bootstrap {
 struct options {
   size_t max_elements;
   double spin_limit_seconds;
-  long long unquantized_below_bytes;  // -1: from echo's dispatch table
+  std::optional<size_t> unquantized_below_bytes;  // unset: from echo's dispatch table
 };
 
 class instance {
@@ -61,9 +62,10 @@ struct entry {
   const char* storage;  ///< "" for comp none
   const char* transport;
   factory make;
+  unsigned order;  ///< the registry's order (transport, quantizer, compensator), which the table keeps
 };
 
-/// Every compiled instantiation (table.cpp).
+/// Every compiled instantiation (table.cpp), in the registry's order.
 const std::vector<entry>& table();
 /// The entry for these names; throws std::invalid_argument naming what exists.
 const entry& find(const std::string& quant, int bits, int group, bool rotate, int clip, const std::string& comp,

@@ -144,7 +144,9 @@ int64_t create(const c10::intrusive_ptr<c10d::ProcessGroup>& group, bool bootstr
     for (int r = 0; r < g.getSize(); ++r)
       std::memcpy(static_cast<char*>(recv) + r * bytes, out[0][r].cpu().data_ptr(), bytes);
   };
-  options o{static_cast<size_t>(max_elements), spin_limit_s, static_cast<long long>(unquantized_below_bytes)};
+  // The op's -1 (Python's None) is the options' unset: the dispatch table's size.
+  options o{static_cast<size_t>(max_elements), spin_limit_s,
+            unquantized_below_bytes >= 0 ? std::optional<size_t>(static_cast<size_t>(unquantized_below_bytes)) : std::nullopt};
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   std::unique_ptr<instance> impl;
   try {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "../../collective/config.cuh"
+#include "../../collective/state_kernels.cuh"
 #include "../../collective/tile_config.cuh"
 #include "../../communicator.cuh"
 #include "../../detail/blocking_copy.cuh"
@@ -159,7 +160,7 @@ class engine {
   /// tier_for() names where its flow control fits the rings, else (quantized) under the mid
   /// policy from mid_from_bytes() on, else under Policy.
   template <class Q, class T>
-  status run(const collective::call<T>& c, cudaStream_t stream) {
+  status run(const collective::call_args<T>& c, cudaStream_t stream) {
     if (const status s = claim_stream(stream); s != status::success) return s;
     return run_under_tier<Q>(c, stream);
   }
@@ -167,7 +168,7 @@ class engine {
   /// Below the dispatch size: the one-shot kernel up to oneshot_bytes, else quant::none through
   /// the pipeline (which, with a compensator, continues the chain: it keeps the rounding errors).
   template <class T>
-  status run_unquantized(const collective::call<T>& c, cudaStream_t stream) {
+  status run_unquantized(const collective::call_args<T>& c, cudaStream_t stream) {
     if (const status s = claim_stream(stream); s != status::success) return s;
     if (c.n * sizeof(T) <= layout_.oneshot_bytes) {
       last_wide_ = last_mid_ = false;
@@ -179,7 +180,7 @@ class engine {
   /// A call that closes its chain, through Q (the object's closing quantizer): under Policy
   /// alone, whatever the size (closing calls are a few of a chain's; one kernel a type for them).
   template <class Q, class T>
-  status run_closing(const collective::call<T>& c, cudaStream_t stream) {
+  status run_closing(const collective::call_args<T>& c, cudaStream_t stream) {
     if (const status s = claim_stream(stream); s != status::success) return s;
     last_wide_ = last_mid_ = false;
     const plan p = make_plan<Policy, Q, T>(c.n);
@@ -189,9 +190,20 @@ class engine {
 
   const char* last_error() const { return error_; }
 
+  /// The deferred half of a state_update::deferred call through Q (collective/state_kernels.cuh):
+  /// this rank's state only, no peer. A failed launch leaves the object usable.
+  template <class Q, class T>
+  status run_update(const T* in, size_t n, unsigned char* state, cudaStream_t stream) {
+    if (collective::launch_update<Config, Q>(in, n, state, comm_.rank(), comm_.size(), sms_, stream) == cudaSuccess)
+      return status::success;
+    (void)cudaGetLastError();  // the launch's own error: leave none behind
+    error_ = "the update kernel's launch failed";
+    return status::cuda_error;
+  }
+
  private:
   template <class Q, class T>
-  status run_under_tier(const collective::call<T>& c, cudaStream_t stream) {
+  status run_under_tier(const collective::call_args<T>& c, cudaStream_t stream) {
     const size_t bytes = c.n * sizeof(T);
     last_wide_ = last_mid_ = false;
     if constexpr (has_wide<Q>) {
@@ -233,14 +245,14 @@ class engine {
     const int P = comm.size();
     setup.local([&] {
       status_.allocate();
+      collective::preload_update_kernels<Config>();
       cudaDeviceProp prop{};
       ECHO_CUDA_TRY(cudaGetDeviceProperties(&prop, comm.device()));
       sms_ = prop.multiProcessorCount;
       gpu_name_ = prop.name;
       const tuning::dispatch_sizes d = dispatch(P).sizes;
-      if (opt.wide_policy_from_bytes >= 0) {
-        wide_from_ = mid_to_heavy_ = mid_to_lean_ = mid_to_stateful_ = wide_from_unquantized_ =
-            static_cast<size_t>(opt.wide_policy_from_bytes);
+      if (opt.wide_policy_from_bytes) {
+        wide_from_ = mid_to_heavy_ = mid_to_lean_ = mid_to_stateful_ = wide_from_unquantized_ = *opt.wide_policy_from_bytes;
       } else {
         wide_from_ = d.wide_from;
         mid_to_heavy_ = d.mid_to_heavy;
@@ -248,7 +260,7 @@ class engine {
         mid_to_stateful_ = d.mid_to_stateful;
         wide_from_unquantized_ = d.wide_from_unquantized;
       }
-      mid_from_ = opt.mid_policy_from_bytes >= 0 ? static_cast<size_t>(opt.mid_policy_from_bytes) : d.mid_from;
+      mid_from_ = opt.mid_policy_from_bytes.value_or(d.mid_from);
     });
     if (P == 1) return setup.agree();
     layout_.ranks = P;
@@ -415,7 +427,7 @@ class engine {
   }
 
   template <class Pol, class Q, class T>
-  status launch(const collective::call<T>& c, const plan& pl, cudaStream_t stream) {
+  status launch(const collective::call_args<T>& c, const plan& pl, cudaStream_t stream) {
     using Cfg = collective::tile_config<Q, T, Comp, Pol>;
     constexpr auto kernel = pipeline_kernel<Cfg>;
     pipeline_params<T> p{};
@@ -480,7 +492,7 @@ class engine {
   static constexpr int oneshot_threads = 512;
 
   template <class T>
-  status run_oneshot(const collective::call<T>& c, cudaStream_t stream) {
+  status run_oneshot(const collective::call_args<T>& c, cudaStream_t stream) {
     constexpr int threads = oneshot_threads;
     oneshot_params<T> p{};
     p.in = c.in;

@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     over_subtiles<stages>(
         p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs, sub_elems,
         [&](const auto& ops, size_t first, int valid, int u) {
-          const auto r = stages::reduce(ops, st, p.out, first, valid, me, P, lane, [&](int i) {
+          const auto r = stages::reduce(ops, st, p.out, first, valid, {me, P}, [&](int i) {
             return static_cast<const unsigned char*>(local + L.recv_slot(i, slot, tile_bytes) + u * sub_bytes);
           });
           for (int d = 1; d < P; ++d)

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "../../collective/config.cuh"
+#include "../../collective/state_kernels.cuh"
 #include "../../collective/tile_config.cuh"
 #include "../../communicator.cuh"
 #include "../../detail/blocking_copy.cuh"
@@ -80,9 +81,20 @@ class engine {
   tuning::dispatch_entry dispatch(int ranks) const { return tuning::lookup_dispatch(gpu_name_.c_str(), ranks, name, link_); }
   const char* last_error() const { return error_; }
 
+  /// The deferred half of a state_update::deferred call through Q (collective/state_kernels.cuh):
+  /// this rank's state only, no peer. A failed launch leaves the object usable.
+  template <class Q, class T>
+  status run_update(const T* in, size_t n, unsigned char* state, cudaStream_t stream) {
+    if (collective::launch_update<Config, Q>(in, n, state, comm_.rank(), comm_.size(), sms_, stream) == cudaSuccess)
+      return status::success;
+    (void)cudaGetLastError();  // the launch's own error: leave none behind
+    error_ = "the update kernel's launch failed";
+    return status::cuda_error;
+  }
+
   /// A call through quantizer Q: chunks of whole sub-tiles through the staged kernels.
   template <class Q, class T>
-  status run(const collective::call<T>& c, cudaStream_t stream) {
+  status run(const collective::call_args<T>& c, cudaStream_t stream) {
     using Cfg = collective::tile_config<Q, T, Comp, Policy>;
     const int P = comm_.size(), me = comm_.rank();
     const size_t slot_bytes = bytes_ / (sets * slots());
@@ -201,7 +213,7 @@ class engine {
 
   /// A call that closes its chain, through Q (the object's closing quantizer).
   template <class Q, class T>
-  status run_closing(const collective::call<T>& c, cudaStream_t stream) {
+  status run_closing(const collective::call_args<T>& c, cudaStream_t stream) {
     return run<Q>(c, stream);
   }
 
@@ -211,7 +223,7 @@ class engine {
   /// instead, as this engine did until 2026-11-30, cost a stream operation of 3-5 us a call,
   /// where the whole call takes 9-35 us; docs/benchmarks.md.)
   template <class T>
-  status run_unquantized(const collective::call<T>& c, cudaStream_t stream) {
+  status run_unquantized(const collective::call_args<T>& c, cudaStream_t stream) {
     const ncclDataType_t type = std::is_same<T, float>::value       ? ncclFloat32
                                 : std::is_same<T, half_t>::value     ? ncclFloat16
                                                                      : ncclBfloat16;
@@ -228,6 +240,7 @@ class engine {
     echo::detail::collective_setup setup(comm, call);
     setup.local([&] {
       status_.allocate();
+      collective::preload_update_kernels<Config>();
       ECHO_REQUIRE(comm.nccl() != nullptr, call,
                    "the communicator holds no ncclComm_t (use communicator::from_nccl, or local(devices, true))");
       cudaDeviceProp prop{};
@@ -268,7 +281,7 @@ class engine {
   /// The call's epilogue, as a launch of its own after the all-reduce (NCCL's operations cannot
   /// host it; the staged kernels see a chunk, not the message).
   template <class T>
-  cudaError_t run_epilogue(const collective::call<T>& c, cudaStream_t stream) const {
+  cudaError_t run_epilogue(const collective::call_args<T>& c, cudaStream_t stream) const {
     if (!c.epilogue.active()) return cudaSuccess;
     return epilogue::launch_epilogue(c.epilogue, c.out, c.n, sms_, stream, false);
   }

@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   detail::write_header(c, c.reduced);
   detail::chunk_subtiles<Cfg>(c, c.rank, [&](size_t s, size_t first, int valid) {
     const int lane = threadIdx.x & 31;
-    const auto r = stages::reduce(stages::fetch(in, st, first, valid), st, out, first, valid, c.rank, c.ranks, lane,
+    const auto r = stages::reduce(stages::fetch(in, st, first, valid), st, out, first, valid, {c.rank, c.ranks},
                                   [&](int i) {
                                     return static_cast<const unsigned char*>(c.recv + i * c.slot_bytes + slot_header::bytes +
                                                                              s * Cfg::sub_bytes);

@@ -1,0 +1,37 @@
+// echo-sim: make_reducer over the generated shards (examples/CMakeLists.txt), and the names the
+// command line accepts, read off the registry.
+#include "reducer.hpp"
+
+// make_in_shard_<i> of every shard, and `shards`, an array of them: generated.
+#include "sim_shards.inc"
+
+#include <algorithm>
+
+namespace echo_sim {
+
+std::unique_ptr<reducer> make_reducer(const request& r) {
+  for (auto make : shards)
+    if (auto p = make(r)) return p;
+  std::string what = "echo-sim: no compiled reducer for --quant " + r.quant;
+  if (r.quant != "none") what += " --bits " + std::to_string(r.bits) + " --group " + std::to_string(r.group);
+  throw std::invalid_argument(what + " --comp " + r.comp +
+                              " (the ef_* storages are built at 4 and 8 bits of quantizers marked tool::sim_storage in "
+                              "echo/registry.cuh)");
+}
+
+std::vector<std::string> quant_names() {
+  std::vector<std::string> v;
+  echo::for_each_registered<echo::tool::sim, echo::registered_quantizers>(
+      [&](auto e, std::size_t) { v.push_back(decltype(e)::type::name); });
+  return v;
+}
+
+std::vector<std::string> comp_names() {
+  std::vector<std::string> v;
+  echo::for_each_registered<0u, echo::registered_compensators>([&](auto e, std::size_t) {
+    if (decltype(e)::tools & (echo::tool::sim | echo::tool::sim_storage)) v.push_back(comp_label<typename decltype(e)::type>());
+  });
+  return v;
+}
+
+}  // namespace echo_sim
