@@ -501,16 +501,14 @@ class all_reduce {
   /// Every rank must have built the same object: compare what each rank built (collective; a
   /// rank whose own arguments were bad is reported by the exchange, on every rank).
   void check_configuration(detail::collective_setup& setup) {
+    // The transport's own options (cuda_ipc's tiers) are its engine's to agree on.
     struct record {
       uint64_t config;
       uint64_t max_elements;
       uint64_t workspace_bytes;
-      uint64_t unquantized_below;  // 0 where unset: `set` tells
-      uint64_t wide_from;
-      uint64_t mid_from;
-      uint64_t set;  // bit 0, 1, 2: unquantized_below, wide_from, mid_from given
+      uint64_t unquantized_below;  // 0 where unset
+      uint64_t unquantized_below_set;
     };
-    const auto bits = [](const std::optional<size_t>& o, int bit) { return o ? uint64_t{1} << bit : uint64_t{0}; };
     detail::signature s;
     s.add(Quant::name).add(static_cast<uint64_t>(Quant::bits)).add(static_cast<uint64_t>(Quant::group));
     if constexpr (quant::transform_of_t<Quant>::active) s.add(quant::transform_of_t<Quant>::name);
@@ -527,10 +525,7 @@ class all_reduce {
                       max_elements_,
                       opt_.workspace_bytes,
                       opt_.unquantized_below_bytes.value_or(0),
-                      opt_.wide_policy_from_bytes.value_or(0),
-                      opt_.mid_policy_from_bytes.value_or(0),
-                      bits(opt_.unquantized_below_bytes, 0) | bits(opt_.wide_policy_from_bytes, 1) |
-                          bits(opt_.mid_policy_from_bytes, 2)};
+                      opt_.unquantized_below_bytes.has_value()};
     const std::vector<record> all = setup.all_gather(mine);
     for (size_t r = 0; r < all.size(); ++r) {
       const std::string who = "rank " + std::to_string(r) + " and rank " + std::to_string(comm_.rank()) + " ";
@@ -539,15 +534,10 @@ class all_reduce {
       ECHO_REQUIRE(all[r].max_elements == mine.max_elements, "echo::all_reduce", who + "were built with different max_elements");
       ECHO_REQUIRE(all[r].workspace_bytes == mine.workspace_bytes, "echo::all_reduce",
                    who + "were built with different options.workspace_bytes");
-      const auto differ = [&](int bit, uint64_t record::*v) {
-        return ((all[r].set ^ mine.set) >> bit & 1) || all[r].*v != mine.*v;
-      };
-      ECHO_REQUIRE(!differ(0, &record::unquantized_below), "echo::all_reduce",
+      ECHO_REQUIRE(all[r].unquantized_below == mine.unquantized_below &&
+                       all[r].unquantized_below_set == mine.unquantized_below_set,
+                   "echo::all_reduce",
                    who + "were built with different options.unquantized_below_bytes");
-      ECHO_REQUIRE(!differ(1, &record::wide_from), "echo::all_reduce",
-                   who + "were built with different options.wide_policy_from_bytes");
-      ECHO_REQUIRE(!differ(2, &record::mid_from), "echo::all_reduce",
-                   who + "were built with different options.mid_policy_from_bytes");
     }
   }
 

@@ -97,6 +97,18 @@ TEST_CASE("ranks built with different configurations: the constructor throws on 
                   echo::error);
   CHECK_THROWS_AS(echo::for_each_rank(comms, [&](const echo::communicator& c) { echo::all_reduce<za4> a(c, 1000 + c.rank()); }),
                   echo::error);
+  // An option given on one rank and left to the dispatch table on another differs too, though the
+  // table may hold the same size; the tiers are the cuda_ipc engine's to compare.
+  const auto one_rank = [&](auto set) {
+    echo::for_each_rank(comms, [&](const echo::communicator& c) {
+      echo::all_reduce_options opt;
+      if (c.rank() == 0) set(opt);
+      echo::all_reduce<za4> a(c, 1000, opt);
+    });
+  };
+  CHECK_THROWS_AS(one_rank([](echo::all_reduce_options& o) { o.unquantized_below_bytes = 0; }), echo::error);
+  CHECK_THROWS_AS(one_rank([](echo::all_reduce_options& o) { o.wide_policy_from_bytes = echo::tuning::never; }), echo::error);
+  CHECK_THROWS_AS(one_rank([](echo::all_reduce_options& o) { o.mid_policy_from_bytes = 1 << 20; }), echo::error);
   // and a good construction afterwards still works
   reference_check<za4, echo::comp::none, bf16> rc(5000);
   rc.step(5000);

@@ -202,6 +202,25 @@ class engine {
   }
 
  private:
+  /// The tier options are this transport's own (all_reduce agrees on the rest): ranks under other
+  /// tiers would run other plans, so every rank must have been given the same (collective).
+  void agree_tiers(echo::detail::collective_setup& setup, const char* call) {
+    struct record {
+      uint64_t wide_from, mid_from;  // 0 where unset
+      uint64_t set;                  // bit 0: wide_from given, bit 1: mid_from given
+    };
+    const record mine{opt_.wide_policy_from_bytes.value_or(0), opt_.mid_policy_from_bytes.value_or(0),
+                      uint64_t{opt_.wide_policy_from_bytes.has_value()} | uint64_t{opt_.mid_policy_from_bytes.has_value()} << 1};
+    const std::vector<record> all = setup.all_gather(mine);
+    for (size_t r = 0; r < all.size(); ++r) {
+      const std::string who = "rank " + std::to_string(r) + " and rank " + std::to_string(comm_.rank()) + " ";
+      ECHO_REQUIRE(all[r].wide_from == mine.wide_from && (all[r].set & 1) == (mine.set & 1), call,
+                   who + "were built with different options.wide_policy_from_bytes");
+      ECHO_REQUIRE(all[r].mid_from == mine.mid_from && (all[r].set & 2) == (mine.set & 2), call,
+                   who + "were built with different options.mid_policy_from_bytes");
+    }
+  }
+
   template <class Q, class T>
   status run_under_tier(const collective::call_args<T>& c, cudaStream_t stream) {
     const size_t bytes = c.n * sizeof(T);
@@ -262,6 +281,7 @@ class engine {
       }
       mid_from_ = opt.mid_policy_from_bytes.value_or(d.mid_from);
     });
+    agree_tiers(setup, call);
     if (P == 1) return setup.agree();
     layout_.ranks = P;
     const size_t max_seg = echo::detail::partition{max_elements, 32, P}.size(0);
