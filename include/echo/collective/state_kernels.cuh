@@ -8,6 +8,7 @@
 #include "../detail/partition.cuh"
 #include "../detail/preload.cuh"
 #include "../dtype.cuh"
+#include "../error.cuh"
 #include "../quant/none.cuh"
 #include "tile_config.cuh"
 #include "tile_stages.cuh"
@@ -61,17 +62,22 @@ __global__ void __launch_bounds__(Cfg::threads) update_kernel(const typename Cfg
   }
 }
 
-/// The deferred update of a call of n elements of T through Q by an engine of Config, on this
-/// rank's state only: Config's policy at its blocks a SM. The launch's own status, never
-/// cudaGetLastError(): an error the caller left behind must not fail an update that ran (an
-/// echo::chain would stay pending).
+/// An engine's run_update: the deferred update of a call of n elements of T through Q by an
+/// engine of Config, on this rank's state only, under Config's policy at its blocks a SM. Judged by
+/// the launch's own status, never cudaGetLastError(): an error the caller left behind must not
+/// fail an update that ran (an echo::chain would stay pending). A failed launch leaves none
+/// behind, sets `error` and leaves the object usable.
 template <class Config, class Q, class T>
-cudaError_t launch_update(const T* in, size_t n, unsigned char* state, int rank, int ranks, int sms,
-                          cudaStream_t stream) {
+status run_update(const T* in, size_t n, unsigned char* state, int rank, int ranks, int sms, cudaStream_t stream,
+                  const char*& error) {
   using Cfg = tile_config<Q, T, typename Config::comp, typename Config::policy>;
   const int grid = sms * Config::policy::blocks_per_sm;
-  return echo::detail::launch_dependent(update_kernel<Cfg>, grid > 0 ? grid : 1, Cfg::threads, stream, false, in, state,
-                                        n, echo::detail::granule_of<Q>(), rank, ranks);
+  if (echo::detail::launch_dependent(update_kernel<Cfg>, grid > 0 ? grid : 1, Cfg::threads, stream, false, in, state, n,
+                                     echo::detail::granule_of<Q>(), rank, ranks) == cudaSuccess)
+    return status::success;
+  (void)cudaGetLastError();
+  error = "the update kernel's launch failed";
+  return status::cuda_error;
 }
 
 /// Loads every update kernel an engine of Config may launch (detail/preload.cuh): its quantizer's

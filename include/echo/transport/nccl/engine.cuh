@@ -85,11 +85,7 @@ class engine {
   /// this rank's state only, no peer. A failed launch leaves the object usable.
   template <class Q, class T>
   status run_update(const T* in, size_t n, unsigned char* state, cudaStream_t stream) {
-    if (collective::launch_update<Config, Q>(in, n, state, comm_.rank(), comm_.size(), sms_, stream) == cudaSuccess)
-      return status::success;
-    (void)cudaGetLastError();  // the launch's own error: leave none behind
-    error_ = "the update kernel's launch failed";
-    return status::cuda_error;
+    return collective::run_update<Config, Q>(in, n, state, comm_.rank(), comm_.size(), sms_, stream, error_);
   }
 
   /// A call through quantizer Q: chunks of whole sub-tiles through the staged kernels.
