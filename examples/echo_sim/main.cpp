@@ -33,7 +33,8 @@ int run(const options& o) {
   for (const std::string& q : o.quants)
     for (int b : (q == "none" ? std::vector<int>{16} : o.bits))
       for (int g : (q == "none" ? std::vector<int>{1} : o.groups))
-        for (const std::string& c : o.comps) runs.emplace_back(d, make_reducer(request{q, b, g, c, o.ranks, n}));
+        for (const std::string& c : o.comps)
+          for (const collective k : o.collectives) runs.emplace_back(d, make_reducer(request{q, b, g, c, k, o.ranks, n}));
 
   std::printf("echo-sim: depth experiment on the host reference (echo::reference::all_reduce over %d simulated "
               "ranks on the CPU; no GPU involved)\n",
@@ -114,11 +115,12 @@ int run(const options& o) {
   std::printf("   <- error at depth %d / error at depth %d\n", cps.back(), cps[base]);
 
   if (o.csv) {
-    std::printf("\ndepth,quant,bits,group,comp,rel_rms_error\n");
+    std::printf("\ndepth,collective,quant,bits,group,comp,rel_rms_error\n");
     for (size_t c = 0; c < cps.size(); ++c)
       for (size_t k = 0; k < runs.size(); ++k) {
         const reducer& r = *runs[k].red;
-        std::printf("%d,%s,%d,%d,%s,%.9g\n", cps[c], r.quant.c_str(), r.bits, r.group, r.comp.c_str(), rel(k, c));
+        std::printf("%d,%s,%s,%d,%d,%s,%.9g\n", cps[c], r.coll == collective::reduce_scatter ? "reduce_scatter" : "all_reduce",
+                    r.quant.c_str(), r.bits, r.group, r.comp.c_str(), rel(k, c));
       }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -33,13 +33,16 @@ const char* const usage_text =
     "                   ef_step8,ef_step4 (the device's state storages, built at 4 and 8 bits of the\n"
     "                   quantizers marked tool::sim_storage: zero_aware)\n"
     "                   (default none,error_feedback)\n"
+    "  --collective LIST  comma list of all_reduce, reduce_scatter (sequence parallelism: the\n"
+    "                   quantized reduce-scatter, then an exact all-gather of its segments, so its\n"
+    "                   error alone; tokens / ranks whole groups a segment) (default all_reduce)\n"
     "  --seed S         seed of weights and tokens (default 1)\n"
     "  --passes N       forward passes over fresh tokens with the same weights; each pass is one\n"
     "                   chain (reset at its start) (default 1)\n"
     "  --warmup W       passes left out of the reported error (default passes / 2); the errors of\n"
     "                   the remaining passes are pooled: sqrt(sum ||dh||^2 / sum ||h_exact||^2)\n"
     "  --branch-gain G  scale of each block's output (default 1/sqrt(depth), the scaled init)\n"
-    "  --csv            also print rows depth,quant,bits,group,comp,rel_rms_error\n"
+    "  --csv            also print rows depth,collective,quant,bits,group,comp,rel_rms_error\n"
     "  --help           this text\n";
 
 namespace {
@@ -102,7 +105,7 @@ options parse(int argc, char** argv, bool& help) {
     }
     static const char* const known[] = {"--ranks", "--depth", "--width", "--tokens", "--ffn",    "--quant",
                                         "--bits",  "--group", "--comp",  "--seed",   "--passes", "--warmup",
-                                        "--branch-gain"};
+                                        "--branch-gain", "--collective"};
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return a == k; }) == std::end(known))
       throw usage_error("unknown flag '" + a + "'");
     if (!has_val) {
@@ -124,6 +127,12 @@ options parse(int argc, char** argv, bool& help) {
         throw usage_error("--branch-gain: '" + val + "' is not a positive number");
     } else if (a == "--quant") {
       o.quants = parse_list<std::string>(a, val, [&](const std::string& s) { return one_of(a, s, quant_names()); });
+    } else if (a == "--collective") {
+      o.collectives = parse_list<collective>(a, val, [&](const std::string& s) {
+        if (s == "all_reduce") return collective::all_reduce;
+        if (s == "reduce_scatter") return collective::reduce_scatter;
+        throw usage_error("--collective: '" + s + "' is not all_reduce or reduce_scatter");
+      });
     } else if (a == "--comp") {
       o.comps = parse_list<std::string>(a, val, [&](const std::string& s) { return one_of(a, s, comp_names()); });
     } else if (a == "--bits") {

@@ -20,6 +20,7 @@ struct options {
   std::vector<int> bits{4};
   std::vector<int> groups{128};
   std::vector<std::string> comps{"none", "error_feedback"};
+  std::vector<collective> collectives{collective::all_reduce};
   uint64_t seed = 1;
   int passes = 1;
   int warmup = -1;          // -1: passes / 2

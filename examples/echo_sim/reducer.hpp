@@ -7,11 +7,15 @@
 #pragma once
 
 #include <echo/echo.cuh>
+#include <echo/reference/reduce_scatter.cuh>
 #include <echo/registry.cuh>
 
+#include <algorithm>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace echo_sim {
@@ -31,7 +35,12 @@ std::string comp_label() {
   else return std::string("ef_") + echo::comp::state_storage<typename C::storage>::name;
 }
 
-/// One Echo configuration: a reference all-reduce and its chain state.
+/// What a block's sum goes through: the all-reduce, or (sequence parallelism) the quantized
+/// reduce-scatter followed by an exact all-gather of its segments, which isolates the
+/// reduce-scatter's error (one quantization a value; Megatron's contiguous segments of tokens).
+enum class collective { all_reduce, reduce_scatter };
+
+/// One Echo configuration: a reference collective and its chain state.
 struct reducer {
   virtual ~reducer() = default;
   /// Start of a forward pass: the chain ends.
@@ -40,9 +49,11 @@ struct reducer {
   virtual void reduce(const std::vector<const bf16*>& in, const std::vector<bf16*>& out, size_t n) = 0;
   std::string quant, comp;
   int bits = 0, group = 0;
+  collective coll = collective::all_reduce;
   std::string label() const {
-    if (quant == "none") return "none/" + comp;
-    return quant + ":b" + std::to_string(bits) + "g" + std::to_string(group) + "/" + comp;
+    const std::string rs = coll == collective::reduce_scatter ? "rs:" : "";
+    if (quant == "none") return rs + "none/" + comp;
+    return rs + quant + ":b" + std::to_string(bits) + "g" + std::to_string(group) + "/" + comp;
   }
 };
 
@@ -51,6 +62,7 @@ struct request {
   std::string quant;  ///< a quantizer marked tool::sim, by name
   int bits, group;    ///< ignored for a quantizer that does not quantize
   std::string comp;   ///< comp_label of a compensator marked tool::sim or sim_storage
+  collective coll;
   int ranks;
   size_t n;  ///< elements per call (tokens * width)
 };
@@ -68,6 +80,31 @@ struct reducer_impl final : reducer {
   void begin_pass() override { chain.reset(); }  // one forward pass = one chain
   void reduce(const std::vector<const bf16*>& in, const std::vector<bf16*>& out, size_t n) override {
     ar(in, out, n, &chain);
+  }
+};
+
+/// The reduce-scatter (echo::reference::reduce_scatter) and an exact all-gather of its segments.
+template <class Q, class C>
+struct scatter_reducer final : reducer {
+  echo::reference::reduce_scatter<Q, C> rs;
+  echo::reference::chain_state<C> chain;
+  std::vector<std::vector<bf16>> seg;
+  explicit scatter_reducer(const request& r)
+      : rs(r.ranks), chain(r.ranks, r.n), seg(static_cast<size_t>(r.ranks), std::vector<bf16>(r.n / r.ranks)) {
+    quant = Q::name;
+    comp = comp_label<C>();
+    bits = Q::bits;
+    group = Q::group;
+    coll = collective::reduce_scatter;
+  }
+  void begin_pass() override { chain.reset(); }
+  void reduce(const std::vector<const bf16*>& in, const std::vector<bf16*>& out, size_t n) override {
+    const size_t P = seg.size(), m = n / P;
+    std::vector<bf16*> s(P);
+    for (size_t r = 0; r < P; ++r) s[r] = seg[r].data();
+    rs(in, s, n, C::keeps_state ? &chain : nullptr);
+    for (size_t r = 0; r < P; ++r)
+      for (size_t j = 0; j < P; ++j) std::copy(seg[j].begin(), seg[j].begin() + m, out[r] + j * m);
   }
 };
 
@@ -89,8 +126,13 @@ void make_comp(const request& r, std::unique_ptr<reducer>& out) {
   echo::for_each_registered<0u, echo::registered_compensators>([&](auto c, std::size_t) {
     using C = typename decltype(c)::type;
     constexpr bool built = (decltype(c)::tools & echo::tool::sim) || (Storage && (decltype(c)::tools & echo::tool::sim_storage));
-    if constexpr (built && echo::comp::holds_errors_of<C, Q>::value)
-      if (!out && r.comp == comp_label<C>()) out = std::make_unique<reducer_impl<Q, C>>(r);
+    if constexpr (built && echo::comp::holds_errors_of<C, Q>::value) {
+      if (out || r.comp != comp_label<C>()) return;
+      if (r.coll == collective::all_reduce) out = std::make_unique<reducer_impl<Q, C>>(r);
+      // A state in units of the data step has no step on the owner's own segment, which the
+      // reduce-scatter never quantizes (reference/reduce_scatter.cuh): not built.
+      else if constexpr (!echo::comp::stores_in_data_steps<C>::value) out = std::make_unique<scatter_reducer<Q, C>>(r);
+    }
   });
 }
 

@@ -14,9 +14,11 @@ std::unique_ptr<reducer> make_reducer(const request& r) {
     if (auto p = make(r)) return p;
   std::string what = "echo-sim: no compiled reducer for --quant " + r.quant;
   if (r.quant != "none") what += " --bits " + std::to_string(r.bits) + " --group " + std::to_string(r.group);
-  throw std::invalid_argument(what + " --comp " + r.comp +
-                              " (the ef_* storages are built at 4 and 8 bits of quantizers marked tool::sim_storage in "
-                              "echo/registry.cuh)");
+  what += " --comp " + r.comp;
+  if (r.coll == collective::reduce_scatter) what += " --collective reduce_scatter";
+  throw std::invalid_argument(what + " (the ef_* storages are built at 4 and 8 bits of quantizers marked "
+                                     "tool::sim_storage in echo/registry.cuh; ef_step8 and ef_step4 not for the "
+                                     "reduce-scatter, whose own segments have no step)");
 }
 
 std::vector<std::string> quant_names() {
