@@ -7,7 +7,6 @@
 #pragma once
 
 #include <echo/echo.cuh>
-#include <echo/reference/reduce_scatter.cuh>
 #include <echo/registry.cuh>
 
 #include <algorithm>

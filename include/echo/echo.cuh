@@ -20,9 +20,12 @@
 
 #include "epilogue/residual_rms_norm.cuh"
 
+#include "reference/all_gather.cuh"
 #include "reference/all_reduce.cuh"
 #include "reference/chain_state.cuh"
+#include "reference/reduce_scatter.cuh"
 #include "reference/residual_rms_norm.cuh"
+#include "reference/segments.cuh"
 
 #if ECHO_HAS_CUDA
 #include "device.cuh"
