@@ -38,6 +38,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -338,9 +339,11 @@ int run(const options& o) {
     std::printf("# %d ranks on %d GPU(s) (-S 1): their peer traffic stays on a GPU; times are not link times\n", P,
                 visible);
   if (o.profile) std::printf("# -P 1: one graph-captured call of every rank a size, inside a profiler range\n");
-  if (o.wide_from >= 0 || o.mid_from >= 0)
-    std::printf("# -W %lld -M %lld: the wide / mid policy from these sizes on (-1: the dispatch table's)\n", o.wide_from,
-                o.mid_from);
+  if (o.wide_from || o.mid_from) {
+    const auto size = [](const std::optional<size_t>& v) { return v ? std::to_string(*v) : std::string("the table's"); };
+    std::printf("# -W %s -M %s: the wide / mid policy from these sizes on\n", size(o.wide_from).c_str(),
+                size(o.mid_from).c_str());
+  }
   std::printf("# nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: error vs the "
               "exact fp64 sum\n",
               P, o.min_bytes, o.max_bytes, o.step_factor > 1 ? static_cast<size_t>(o.step_factor) : o.step_bytes,

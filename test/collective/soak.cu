@@ -7,8 +7,6 @@
 // (docs/fault-matrix.md, "stale flags").
 //
 // ECHO_SOAK_CALLS (default 10000) checked calls a transport; ECHO_TEST_SEED replays a run.
-// Built also against the headers of an older Echo (ECHO_SOAK_LEGACY, scripts/gpu-check.sh's
-// "legacy" stage) to show what the soak finds there.
 #include "support/gpu_harness.cuh"
 
 #include <algorithm>
@@ -21,16 +19,6 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
-
-#ifdef ECHO_SOAK_LEGACY
-#define ECHO_SOAK_UNQUANTIZED(opt) (opt).passthrough_below_bytes
-#define ECHO_SOAK_THRESHOLD(ar) (ar).passthrough_below_bytes()
-#define ECHO_SOAK_KEEPS(C) (C::enabled)
-#else
-#define ECHO_SOAK_UNQUANTIZED(opt) (opt).unquantized_below_bytes
-#define ECHO_SOAK_THRESHOLD(ar) (ar).unquantized_below_bytes()
-#define ECHO_SOAK_KEEPS(C) (C::keeps_state)
-#endif
 
 namespace {
 
@@ -75,11 +63,11 @@ class soak_of : public soak_object {
     for (int r = 0; r < P_; ++r) {
       cudaSetDevice(devs[r]);
       for (auto& s : streams_[r]) REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
-      if constexpr (ECHO_SOAK_KEEPS(C)) chains_.push_back(std::make_unique<chain_t>(max_n));
+      if constexpr (C::keeps_state) chains_.push_back(std::make_unique<chain_t>(max_n));
       in_.emplace_back(devs[r], max_n * 4);
       out_.emplace_back(devs[r], max_n * 4);
     }
-    unquantized_below_ = ECHO_SOAK_THRESHOLD(*ars_[0]);
+    unquantized_below_ = ars_[0]->unquantized_below_bytes();
   }
   ~soak_of() override {
     for (int r = 0; r < P_; ++r) {
@@ -101,12 +89,12 @@ class soak_of : public soak_object {
   void run(rng& r, tally& t, echo::dtype type) {
     const size_t n = draw_n(r, max_n_, static_cast<size_t>(Q::group > 1 ? Q::group : 256), unquantized_below_ / sizeof(T));
     const bool in_place = r.coin(0.3);
-    const bool deferred = ECHO_SOAK_KEEPS(C) && !in_place && r.coin(0.25);
+    const bool deferred = C::keeps_state && !in_place && r.coin(0.25);
     const int s = r.uniform_int<int>(0, 1);  // alternate streams: the object orders its calls
-    if (ECHO_SOAK_KEEPS(C) && r.coin(0.05)) {  // a pass boundary
+    if (C::keeps_state && r.coin(0.05)) {  // a pass boundary
       for (int k = 0; k < P_; ++k) {
         cudaSetDevice(in_[k].device);
-        if constexpr (ECHO_SOAK_KEEPS(C)) REQUIRE(chains_[k]->reset(streams_[k][s]) == cudaSuccess);
+        if constexpr (C::keeps_state) REQUIRE(chains_[k]->reset(streams_[k][s]) == cudaSuccess);
       }
       ref_chain_.reset();
     }
@@ -122,12 +110,12 @@ class soak_of : public soak_object {
       T* in = reinterpret_cast<T*>(in_[k].ptr);
       T* out = in_place ? in : reinterpret_cast<T*>(out_[k].ptr);
       chain_t* ch = nullptr;
-      if constexpr (ECHO_SOAK_KEEPS(C)) ch = chains_[k].get();
+      if constexpr (C::keeps_state) ch = chains_[k].get();
       st[k] = (*ars_[k])(type, in, out, n, streams_[k][s], ch, mode);
     });
     // Every rank's call queued before any rank's update (ranks sharing a GPU in one process may
     // share a hardware work queue: docs/transports.md).
-    if constexpr (ECHO_SOAK_KEEPS(C))
+    if constexpr (C::keeps_state)
       if (deferred)
         pool_.run([&](int k) {
           if (st[k] == echo::status::success)
@@ -156,12 +144,9 @@ class soak_of : public soak_object {
     // Neither injects quantization error: a chain passes through them untouched.
     if (exact) {
       ref_exact_(ri, ro, n);
-#ifdef ECHO_SOAK_LEGACY
-      ref_chain_.reset();  // the older headers reset the chain here
-#endif
     } else if (oneshot) {
       ref_exact_(ri, ro, n);  // the exact sum rounded once, as the reference's none path without a chain
-    } else if constexpr (ECHO_SOAK_KEEPS(C)) {
+    } else if constexpr (C::keeps_state) {
       if (unquantized) ref_none_(ri, ro, n, &ref_chain_);
       else ref_q_(ri, ro, n, &ref_chain_);
     } else {
@@ -212,11 +197,7 @@ class soak_of : public soak_object {
     if constexpr (std::string_view(Transport::name) != "cuda_ipc") {
       return 0;
     } else {
-#ifdef ECHO_SOAK_LEGACY
-      return ECHO_SOAK_KEEPS(C) ? 0 : size_t(1) << 20;
-#else
       return std::remove_reference_t<decltype(std::declval<AR&>().engine())>::oneshot_bytes;
-#endif
     }
   }
 };
@@ -226,19 +207,10 @@ class soak_of : public soak_object {
 echo::all_reduce_options options(std::optional<size_t> unquantized_below, size_t workspace = 0,
                                  std::optional<size_t> wide = {}, std::optional<size_t> mid = {}) {
   echo::all_reduce_options o;
-#ifdef ECHO_SOAK_LEGACY
-  ECHO_SOAK_UNQUANTIZED(o) = unquantized_below ? static_cast<long long>(*unquantized_below) : -1;  // its -1: the table's
-#else
-  ECHO_SOAK_UNQUANTIZED(o) = unquantized_below;
-#endif
+  o.unquantized_below_bytes = unquantized_below;
   if (workspace) o.workspace_bytes = workspace;
-#ifndef ECHO_SOAK_LEGACY
   o.wide_policy_from_bytes = wide;
   o.mid_policy_from_bytes = mid;
-#else
-  (void)wide;
-  (void)mid;
-#endif
   o.spin_limit_seconds = 20;
   return o;
 }
@@ -286,22 +258,18 @@ TEST_CASE("soak: cuda_ipc") {
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::none, T>("za4g128 none dispatch", M, options(std::nullopt)));
   o.emplace_back(new soak_of<quant::zero_aware<4, 32>, comp::error_feedback<bf16>, T>("za4g32 ef(bf16) 160K wide>=48K", M, options(0, 160 << 10, 48 << 10)));
   o.emplace_back(new soak_of<quant::symmetric<8, 128>, comp::none, T>("sym8g128 none forced wide>=32K", M, options(0, 0, 32 << 10)));
-#ifndef ECHO_SOAK_LEGACY
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::none, T>("za4g128 none (lean wide)>=32K", M, options(0, 0, 32 << 10)));
-#endif
   o.emplace_back(new soak_of<quant::none, comp::none, T>("none none (16-bit pipeline) wide>=64K", M, options(0, 1 << 20, 64 << 10)));
   o.emplace_back(new soak_of<quant::naive_zero_point<4, 64>, comp::error_feedback<float>, T>("naive4g64 ef(f32)", M, options(0)));
-#ifndef ECHO_SOAK_LEGACY
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::int8_state>, T>("za4g128 ef(int8) dispatch", M, options(std::nullopt)));
   o.emplace_back(new soak_of<quant::zero_aware<8, 64>, comp::error_feedback<comp::int4_state>, T>("za8g64 ef(int4) 256K wide", M, options(0, 256 << 10, 0)));
   o.emplace_back(new soak_of<quant::zero_aware<3, 256>, comp::error_feedback<comp::int8_state>, T>("za3g256 ef(int8)", M, options(1 << 16)));
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::step8_state>, T>("za4g128 ef(step8) dispatch", M, options(std::nullopt)));
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::step8_state>, T>("za4g128 ef(step8) 192K mid>=64K wide>=2M", M, options(0, 192 << 10, 2 << 20, 64 << 10)));
-  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::none, T>("za4g128 none mid>=16K", M, options(0, 0, -1, 16 << 10)));
+  o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::none, T>("za4g128 none mid>=16K", M, options(0, 0, std::nullopt, 16 << 10)));
   o.emplace_back(new soak_of<quant::symmetric<8, 32>, comp::error_feedback<comp::step4_state>, T>("sym8g32 ef(step4) 256K wide", M, options(0, 256 << 10, 0)));
   o.emplace_back(new soak_of<default_quantizer, default_compensator, T>("default (rot, clip, int8) dispatch", M, options(std::nullopt)));
-  o.emplace_back(new soak_of<quant::rotated<quant::zero_aware<4, 64>>, comp::error_feedback<comp::step8_state>, T>("rot za4g64 ef(step8) mid>=16K", M, options(0, 0, -1, 16 << 10)));
-#endif
+  o.emplace_back(new soak_of<quant::rotated<quant::zero_aware<4, 64>>, comp::error_feedback<comp::step8_state>, T>("rot za4g64 ef(step8) mid>=16K", M, options(0, 0, std::nullopt, 16 << 10)));
   soak(o, "cuda_ipc");
 }
 
@@ -313,11 +281,9 @@ TEST_CASE("soak: nccl") {
   const size_t M = size_t(1) << 22;
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<bf16>, T>("za4g128 ef(bf16) forced", M, options(0)));
   o.emplace_back(new soak_of<quant::symmetric<8, 32>, comp::none, T>("sym8g32 none 256K", M, options(0, 256 << 10)));
-#ifndef ECHO_SOAK_LEGACY
   o.emplace_back(new soak_of<quant::zero_aware<4, 64>, comp::error_feedback<comp::int8_state>, T>("za4g64 ef(int8) exact<1M", M, options(1 << 20)));
   o.emplace_back(new soak_of<quant::none, comp::none, T>("none none forced", M, options(0)));
   o.emplace_back(new soak_of<quant::zero_aware<4, 128>, comp::error_feedback<comp::step8_state>, T>("za4g128 ef(step8) forced", M, options(0)));
   o.emplace_back(new soak_of<default_quantizer, default_compensator, T>("default (rot, clip, int8) forced", M, options(0)));
-#endif
   soak(o, "nccl");
 }
