@@ -211,8 +211,9 @@ class all_reduce {
       // (cuda_ipc's one-shot, transport::nccl's ncclAllReduce) the update finds nothing pending and
       // changes nothing.
       const auto* e = reinterpret_cast<const E*>(in);
-      const status s = n * sizeof(T) < unquantized_below_ ? engine_->template run_update<quant::none>(e, n, state.data(), stream)
-                                                           : engine_->template run_update<Quant>(e, n, state.data(), stream);
+      const status s = n * sizeof(T) < unquantized_below_
+                           ? engine_->template run_update<quant::none>(e, n, state.data(), stream)
+                           : engine_->template run_update<Quant>(e, n, state.data(), stream);
       if (s != status::success) error_ = engine_->last_error();
       return s;
     }
@@ -256,12 +257,12 @@ class all_reduce {
     error_ = "an earlier call timed out, mismatched or failed to launch (see check()); rebuild the object";
     return status::poisoned;
   }
-  /// A CUDA runtime call of the host path failed: its own error, cleared (none left behind).
   /// Whether a call is one more of its chain or closes it (close_chain).
   enum class chain_call { continues, closes };
   /// close_chain's kind of call: without state there is no chain to close, and it is the plain call.
   static constexpr chain_call closing = Comp::keeps_state ? chain_call::closes : chain_call::continues;
 
+  /// A CUDA runtime call of the host path failed: its own error, cleared (none left behind).
   status cuda_failed(const char* what) {
     (void)cudaGetLastError();
     error_ = what;
