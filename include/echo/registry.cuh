@@ -30,6 +30,9 @@ struct tool {
   /// echo_allreduce's host reference (echo_allreduce.reference), with every compensator marked
   /// reference that holds the quantizer's errors.
   static constexpr unsigned reference = 1u << 0;
+  /// With reference: its sequence-parallel reduce-scatter and all-gather too (reference/
+  /// reduce_scatter.cuh, all_gather.cuh; the reduce-scatter not with a state stored in data steps).
+  static constexpr unsigned reference_sp = 1u << 7;
   /// The torch ops over transport::cuda_ipc, with every compensator marked torch (each pair is a
   /// full set of device pipelines: about a minute of nvcc).
   static constexpr unsigned torch = 1u << 1;
@@ -86,13 +89,13 @@ using za = quant::zero_aware<B, G>;
 using registered_quantizers = type_list<
   registered_quantizer<quant::zero_aware<4, 32>, tool::reference | tool::torch>,
   registered_quantizer<quant::zero_aware<4, 64>, tool::reference | tool::torch>,
-  registered_quantizer<quant::zero_aware<4, 128>, tool::reference | tool::torch | tool::torch_nccl | tool::perf | tool::sim | tool::sim_storage>,
+  registered_quantizer<quant::zero_aware<4, 128>, tool::reference | tool::reference_sp | tool::torch | tool::torch_nccl | tool::perf | tool::sim | tool::sim_storage>,
   registered_quantizer<quant::zero_aware<8, 32>, tool::reference | tool::torch>,
   registered_quantizer<quant::zero_aware<8, 64>, tool::reference | tool::torch>,
-  registered_quantizer<quant::zero_aware<8, 128>, tool::reference | tool::torch | tool::torch_nccl | tool::perf>,
+  registered_quantizer<quant::zero_aware<8, 128>, tool::reference | tool::reference_sp | tool::torch | tool::torch_nccl | tool::perf>,
   registered_quantizer<quant::symmetric<4, 128>, tool::reference | tool::torch | tool::perf | tool::sim>,
   registered_quantizer<quant::naive_zero_point<4, 128>, tool::reference | tool::torch | tool::perf | tool::sim>,
-  registered_quantizer<quant::none, tool::reference | tool::torch | tool::torch_nccl | tool::perf | tool::sim>,
+  registered_quantizer<quant::none, tool::reference | tool::reference_sp | tool::torch | tool::torch_nccl | tool::perf | tool::sim>,
   // The outlier-robust 4-bit path (docs/quality.md): rotated groups, clipped ranges (R / 1024 of
   // the range), both, and the rotated 8-bit code a closing call sends.
   registered_quantizer<detail::rot<detail::za<4, 32>>, tool::reference | tool::torch>,
@@ -102,7 +105,7 @@ using registered_quantizers = type_list<
   registered_quantizer<detail::clip<detail::za<4, 128>, 870>, tool::reference | tool::torch>,
   registered_quantizer<detail::clip<detail::za<4, 128>, 952>, tool::reference>,
   registered_quantizer<detail::rot<detail::clip<detail::za<4, 64>, 870>>, tool::reference | tool::torch>,
-  registered_quantizer<detail::rot<detail::clip<detail::za<4, 128>, 870>>, tool::reference | tool::torch | tool::perf_bf16>,
+  registered_quantizer<detail::rot<detail::clip<detail::za<4, 128>, 870>>, tool::reference | tool::reference_sp | tool::torch | tool::perf_bf16>,
   // The clip ratios the outlier study swept (host only).
   registered_quantizer<detail::rot<detail::clip<detail::za<4, 64>, 952>>, tool::reference>,
   registered_quantizer<detail::rot<detail::clip<detail::za<4, 64>, 819>>, tool::reference>,

@@ -23,7 +23,8 @@ import numpy as np
 from . import _reference
 from ._reference import ChainState
 
-__all__ = ["all_reduce", "residual_rms_norm", "ChainState", "instantiations", "canonical_dtype", "clip_1024"]
+__all__ = ["all_reduce", "reduce_scatter", "all_gather", "residual_rms_norm", "ChainState", "instantiations",
+           "canonical_dtype", "clip_1024"]
 
 _DTYPES = {"f32": "f32", "float32": "f32", "f16": "f16", "float16": "f16", "bf16": "bf16", "bfloat16": "bf16"}
 _NUMPY = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}
@@ -55,8 +56,9 @@ def clip_1024(clip) -> int:
 
 def instantiations() -> list[dict]:
     """The compiled table: one dict per (quant, bits, group_size, rotate, clip, comp, storage); clip
-    is the ratio in 1024ths (1024: none)."""
-    keys = ("quant", "bits", "group_size", "rotate", "clip", "comp", "storage")
+    is the ratio in 1024ths (1024: none). ``reduce_scatter`` / ``all_gather``: whether those are
+    compiled for the entry too (all_gather ignores comp and storage)."""
+    keys = ("quant", "bits", "group_size", "rotate", "clip", "comp", "storage", "reduce_scatter", "all_gather")
     return [dict(zip(keys, e)) for e in _reference.instantiations()]
 
 
@@ -87,36 +89,108 @@ def all_reduce(
     """
     if len(inputs) == 0:
         raise ValueError("echo_allreduce.reference.all_reduce: no inputs (one array per rank)")
-    xs = [np.ascontiguousarray(x) for x in inputs]
-    t = canonical_dtype(dtype if dtype is not None else xs[0].dtype)
-    shape = xs[0].shape
-    for r, x in enumerate(xs):
-        if x.shape != shape:
-            raise ValueError(f"echo_allreduce.reference.all_reduce: input {r} has shape {x.shape}, input 0 {shape}")
-    if comp is None:
-        comp = "error_feedback" if chain is not None else "none"
-    if storage is None:
-        storage = chain.storage if chain is not None else ""
-    if out is None:
-        out = [np.empty(shape, dtype=_NUMPY[t]) for _ in xs]
-    else:
-        # Written in place: an output that is not a C-contiguous, writeable array of the inputs'
-        # shape and element type would be written through a copy, and the caller's left as it was.
-        out = list(out)
-        if len(out) != len(xs):
-            raise ValueError(f"echo_allreduce.reference.all_reduce: {len(out)} outputs for {len(xs)} inputs")
-        for r, o in enumerate(out):
-            if not isinstance(o, np.ndarray) or o.shape != shape or o.dtype != np.dtype(_NUMPY[t]):
-                raise ValueError(f"echo_allreduce.reference.all_reduce: out[{r}] must be a numpy array of shape {shape} "
-                                 f"and dtype {np.dtype(_NUMPY[t])}")
-            if not (o.flags.c_contiguous and o.flags.writeable):
-                raise ValueError(f"echo_allreduce.reference.all_reduce: out[{r}] must be C-contiguous and writeable "
-                                 "(it is written in place)")
+    xs, t, shape = _inputs("all_reduce", inputs, dtype)
+    comp, storage = _comp(comp, storage, chain)
+    out = _outputs("all_reduce", out, len(xs), shape, t)
     _reference.all_reduce(
         [x.reshape(-1) for x in xs], [o.reshape(-1) for o in out], t, quant, bits, group_size, bool(rotate),
         clip_1024(clip), comp, storage, chain, bool(closes)
     )
     return list(out)
+
+
+def reduce_scatter(
+    inputs: Sequence[np.ndarray],
+    *,
+    quant: str = "zero_aware",
+    bits: int = 4,
+    group_size: int = 128,
+    comp: Optional[str] = None,
+    storage: Optional[str] = None,
+    chain: Optional[ChainState] = None,
+    dtype=None,
+    out: Optional[Sequence[np.ndarray]] = None,
+    rotate: bool = False,
+    clip: Optional[float] = None,
+) -> list[np.ndarray]:
+    """Echo's sequence-parallel reduce-scatter over ``len(inputs)`` simulated ranks
+    (``echo::reference::reduce_scatter``): rank r gets segment r of the sum, the ``n / P`` values
+    from ``r n / P`` on of the flattened inputs (Megatron's contiguous segments; a segment must be
+    whole groups). Each value is quantized once, on its way to its owner; the owner's fp32 sum is
+    rounded once to the element type. With a chain the send errors are kept and fed into its next
+    call (not with storage step8 / step4). Returns one flat array of ``n / P`` values a rank.
+    Arguments as :func:`all_reduce`'s; :func:`instantiations` says which entries have it."""
+    xs, t, _ = _inputs("reduce_scatter", inputs, dtype)
+    comp, storage = _comp(comp, storage, chain)
+    n, p = xs[0].size, len(xs)
+    out = _outputs("reduce_scatter", out, p, (n // p,), t)
+    _reference.reduce_scatter([x.reshape(-1) for x in xs], [o.reshape(-1) for o in out], t, quant, bits, group_size,
+                              bool(rotate), clip_1024(clip), comp, storage, chain)
+    return list(out)
+
+
+def all_gather(
+    inputs: Sequence[np.ndarray],
+    *,
+    quant: str = "zero_aware",
+    bits: int = 4,
+    group_size: int = 128,
+    dtype=None,
+    out: Optional[Sequence[np.ndarray]] = None,
+    rotate: bool = False,
+    clip: Optional[float] = None,
+) -> list[np.ndarray]:
+    """Echo's all-gather over ``len(inputs)`` simulated ranks (``echo::reference::all_gather``):
+    each rank's segment (``inputs[r]``, m values, whole groups) is quantized once, and every rank,
+    its owner included, decodes the same codes, so all ranks hold the same bits. Returns one flat
+    array of ``P m`` values a rank (segment j from rank j)."""
+    xs, t, _ = _inputs("all_gather", inputs, dtype)
+    m, p = xs[0].size, len(xs)
+    out = _outputs("all_gather", out, p, (m * p,), t)
+    _reference.all_gather([x.reshape(-1) for x in xs], [o.reshape(-1) for o in out], t, quant, bits, group_size,
+                          bool(rotate), clip_1024(clip))
+    return list(out)
+
+
+def _inputs(who: str, inputs: Sequence[np.ndarray], dtype) -> tuple:
+    """The ranks' inputs as C-contiguous arrays of one shape, their element type and shape."""
+    if len(inputs) == 0:
+        raise ValueError(f"echo_allreduce.reference.{who}: no inputs (one array per rank)")
+    xs = [np.ascontiguousarray(x) for x in inputs]
+    t = canonical_dtype(dtype if dtype is not None else xs[0].dtype)
+    shape = xs[0].shape
+    for r, x in enumerate(xs):
+        if x.shape != shape:
+            raise ValueError(f"echo_allreduce.reference.{who}: input {r} has shape {x.shape}, input 0 {shape}")
+    return xs, t, shape
+
+
+def _comp(comp: Optional[str], storage: Optional[str], chain) -> tuple:
+    """comp defaults to 'error_feedback' with a chain, 'none' without; storage to the chain's."""
+    if comp is None:
+        comp = "error_feedback" if chain is not None else "none"
+    if storage is None:
+        storage = chain.storage if chain is not None else ""
+    return comp, storage
+
+
+def _outputs(who: str, out, ranks: int, shape: tuple, t: str) -> list:
+    """Fresh outputs, or the caller's, checked: written in place, an output that is not a
+    C-contiguous, writeable array of the right shape and element type would be written through a
+    copy, and the caller's left as it was."""
+    if out is None:
+        return [np.empty(shape, dtype=_NUMPY[t]) for _ in range(ranks)]
+    out = list(out)
+    if len(out) != ranks:
+        raise ValueError(f"echo_allreduce.reference.{who}: {len(out)} outputs for {ranks} inputs")
+    for r, o in enumerate(out):
+        if not isinstance(o, np.ndarray) or o.shape != shape or o.dtype != np.dtype(_NUMPY[t]):
+            raise ValueError(f"echo_allreduce.reference.{who}: out[{r}] must be a numpy array of shape {shape} "
+                             f"and dtype {np.dtype(_NUMPY[t])}")
+        if not (o.flags.c_contiguous and o.flags.writeable):
+            raise ValueError(f"echo_allreduce.reference.{who}: out[{r}] must be C-contiguous and writeable "
+                             "(it is written in place)")
+    return out
 
 
 def residual_rms_norm(out: np.ndarray, residual: np.ndarray, weight: np.ndarray, epsilon: float, dtype=None) -> np.ndarray:

@@ -235,3 +235,90 @@ def test_module_uses_the_shared_libstdcxx():
 
     dyn = subprocess.run(["readelf", "-d", mod.__file__], capture_output=True, text=True, check=True).stdout
     assert "libstdc++.so" in dyn, f"{mod.__file__} does not load the shared libstdc++:\n{dyn}"
+
+
+# ---- the sequence-parallel reduce-scatter and all-gather ---------------------------------------
+
+SP = sorted({(e["quant"], e["bits"], e["group_size"], e["rotate"], e["clip"]) for e in R.instantiations()
+             if e["all_gather"]})
+
+
+def sp_kw(e):
+    quant, bits, group, rotate, clip = e
+    return dict(quant=quant, bits=bits or 4, group_size=group or 128, rotate=rotate, clip=None if clip == 1024 else clip / 1024)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("P", (2, 3, 4))
+def test_reduce_scatter_without_quantization_is_the_all_reduce_split(dtype, P):
+    """quant 'none': both are the exact fp32 sum in rank order rounded once, so rank r's segment
+    of the reduce-scatter is segment r of the all-reduce, bit for bit, and the all-gather of the
+    segments is the all-reduce."""
+    rng = np.random.default_rng(P)
+    n = P * 256 * 3
+    xs = inputs(rng, P, n, dtype)
+    ar = R.all_reduce(xs, quant="none", dtype=dtype)
+    rs = R.reduce_scatter(xs, quant="none", dtype=dtype)
+    m = n // P
+    for r in range(P):
+        assert rs[r].shape == (m,)
+        assert np.array_equal(bits_of(rs[r]), bits_of(ar[0][r * m:(r + 1) * m]))
+    for g in R.all_gather(rs, quant="none", dtype=dtype):
+        assert np.array_equal(bits_of(g), bits_of(ar[0]))
+
+
+@pytest.mark.parametrize("entry", SP)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_gather_gives_every_rank_the_same_bits(entry, dtype):
+    """Each segment is quantized once and every rank, its owner included, decodes the same codes;
+    the error of a segment is the quantizer's (within a step of its group's range)."""
+    rng = np.random.default_rng(7)
+    P, m = 3, 512
+    xs = inputs(rng, P, m, dtype, scale=1.0)
+    out = R.all_gather(xs, dtype=dtype, **sp_kw(entry))
+    for o in out:
+        assert o.shape == (P * m,)
+        assert np.array_equal(bits_of(o), bits_of(out[0]))
+    got = M.widen(out[0], dtype).astype(np.float64)
+    want = np.concatenate([M.widen(x, dtype).astype(np.float64) for x in xs])
+    bits = entry[1] or 16
+    assert np.max(np.abs(got - want)) <= 8.0 * np.max(np.abs(want)) / (2 ** bits - 1) + 1e-3
+
+
+@pytest.mark.parametrize("storage", ("int8", "bf16", "float"))
+def test_reduce_scatter_error_feedback_keeps_the_running_sum_close(storage):
+    """Along a chain the send errors are fed into the next call: the running sum of K calls'
+    outputs misses the exact one by about one call's error, while without compensation the
+    errors add up (sqrt(K))."""
+    rng = np.random.default_rng(11)
+    P, n, K = 4, 4 * 128 * 4, 32
+    kwargs = dict(quant="zero_aware", bits=4, group_size=128)
+    chain = R.ChainState(P, n, storage)
+    exact = np.zeros(n, dtype=np.float64)
+    with_ef = np.zeros(n, dtype=np.float64)
+    without = np.zeros(n, dtype=np.float64)
+    for _ in range(K):
+        xs = [rng.standard_normal(n).astype(np.float32) for _ in range(P)]
+        exact += np.sum(np.array(xs, dtype=np.float64), axis=0)
+        with_ef += np.concatenate(R.reduce_scatter(xs, chain=chain, **kwargs))
+        without += np.concatenate(R.reduce_scatter(xs, comp="none", **kwargs))
+    assert chain.size == n
+    err_ef, err_none = np.linalg.norm(with_ef - exact), np.linalg.norm(without - exact)
+    assert err_ef < err_none / 3, (err_ef, err_none)
+
+
+def test_reduce_scatter_and_all_gather_refuse_what_they_cannot_do():
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(4 * 128).astype(np.float32) for _ in range(4)]
+    with pytest.raises(ValueError, match="not compiled for this entry"):
+        R.reduce_scatter(xs, chain=R.ChainState(4, 512, "step8"))  # no step on the owner's own segment
+    with pytest.raises(ValueError, match="whole number of the quantizer's groups"):
+        R.reduce_scatter([x[:400] for x in xs], comp="none")
+    with pytest.raises(ValueError, match="equal segments"):
+        R.reduce_scatter([x[:510] for x in xs], quant="none", comp="none")
+    with pytest.raises(ValueError, match="out\\[0\\] must be a numpy array of shape"):
+        R.reduce_scatter(xs, comp="none", out=[np.empty(512, np.float32) for _ in range(4)])
+    with pytest.raises(ValueError, match="not compiled for this quantizer"):
+        R.all_gather(xs, quant="symmetric", bits=4, group_size=128)
+    with pytest.raises(ValueError, match="ChainState has 2 ranks"):
+        R.reduce_scatter(xs, chain=R.ChainState(2, 512, "int8"))

@@ -77,32 +77,89 @@ echo::dtype parse_dtype(const std::string& s) {
 using in_array = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
 using out_array = nb::ndarray<nb::c_contig, nb::device::cpu>;
 
-void all_reduce(const std::vector<in_array>& in, const std::vector<out_array>& out, const std::string& dtype,
-                const std::string& quant, int bits, int group, bool rotate, int clip, const std::string& comp,
-                const std::string& storage, chain_base* chain, bool closes) {
-  const echo::dtype t = parse_dtype(dtype);
-  const entry& e = find(quant, bits, group, rotate, clip, comp, storage);
-  if (in.empty()) throw std::invalid_argument("echo_allreduce.reference: no inputs (one array per rank)");
+/// The rank pointers of in and out after their checks: every input `in_n` elements, every output
+/// `out_n`, of element type t.
+void rank_pointers(const char* who, const std::vector<in_array>& in, const std::vector<out_array>& out, echo::dtype t,
+                   size_t in_n, size_t out_n, std::vector<const void*>& ip, std::vector<void*>& op) {
   if (in.size() != out.size())
-    throw std::invalid_argument("echo_allreduce.reference: " + std::to_string(in.size()) + " inputs but " +
+    throw std::invalid_argument(std::string(who) + ": " + std::to_string(in.size()) + " inputs but " +
                                 std::to_string(out.size()) + " outputs");
-  const size_t n = in[0].size();
-  std::vector<const void*> ip(in.size());
-  std::vector<void*> op(out.size());
+  ip.resize(in.size());
+  op.resize(out.size());
   for (size_t r = 0; r < in.size(); ++r) {
     check_array(in[r].dtype(), t, "inputs", r);
     check_array(out[r].dtype(), t, "out", r);
-    if (in[r].size() != n || out[r].size() != n)
-      throw std::invalid_argument("echo_allreduce.reference: every input and output must have " + std::to_string(n) +
-                                  " elements (rank " + std::to_string(r) + " differs)");
+    if (in[r].size() != in_n || out[r].size() != out_n)
+      throw std::invalid_argument(std::string(who) + ": every input must have " + std::to_string(in_n) +
+                                  " elements and every output " + std::to_string(out_n) + " (rank " + std::to_string(r) +
+                                  " differs)");
     ip[r] = in[r].data();
     op[r] = out[r].data();
   }
-  if (chain && chain->ranks() != static_cast<int>(in.size()))
-    throw std::invalid_argument("echo_allreduce.reference: the ChainState has " + std::to_string(chain->ranks()) +
-                                " ranks, the call " + std::to_string(in.size()));
+}
+
+/// A given chain must be of the call's ranks.
+void check_chain(const char* who, const chain_base* chain, size_t ranks) {
+  if (chain && chain->ranks() != static_cast<int>(ranks))
+    throw std::invalid_argument(std::string(who) + ": the ChainState has " + std::to_string(chain->ranks()) + " ranks, the call " +
+                                std::to_string(ranks));
+}
+
+void all_reduce(const std::vector<in_array>& in, const std::vector<out_array>& out, const std::string& dtype,
+                const std::string& quant, int bits, int group, bool rotate, int clip, const std::string& comp,
+                const std::string& storage, chain_base* chain, bool closes) {
+  const char* who = "echo_allreduce.reference.all_reduce";
+  const echo::dtype t = parse_dtype(dtype);
+  const entry& e = find(quant, bits, group, rotate, clip, comp, storage);
+  if (in.empty()) throw std::invalid_argument(std::string(who) + ": no inputs (one array per rank)");
+  const size_t n = in[0].size();
+  std::vector<const void*> ip;
+  std::vector<void*> op;
+  rank_pointers(who, in, out, t, n, n, ip, op);
+  check_chain(who, chain, in.size());
   nb::gil_scoped_release release;
   e.run(t, ip, op, n, chain, closes);
+}
+
+/// reference::reduce_scatter: inputs of n elements each, outputs of n / P (rank r's segment).
+void reduce_scatter(const std::vector<in_array>& in, const std::vector<out_array>& out, const std::string& dtype,
+                    const std::string& quant, int bits, int group, bool rotate, int clip, const std::string& comp,
+                    const std::string& storage, chain_base* chain) {
+  const char* who = "echo_allreduce.reference.reduce_scatter";
+  const echo::dtype t = parse_dtype(dtype);
+  const entry& e = find(quant, bits, group, rotate, clip, comp, storage);
+  if (!e.scatter)
+    throw std::invalid_argument(std::string(who) + ": not compiled for this entry (the quantizers echo/registry.cuh "
+                                "marks tool::reference_sp; not with storage step8 / step4, whose own segment has no step)");
+  if (in.empty()) throw std::invalid_argument(std::string(who) + ": no inputs (one array per rank)");
+  const size_t n = in[0].size(), P = in.size();
+  if (n % P != 0)
+    throw std::invalid_argument(std::string(who) + ": " + std::to_string(n) + " elements are not " + std::to_string(P) +
+                                " equal segments");
+  std::vector<const void*> ip;
+  std::vector<void*> op;
+  rank_pointers(who, in, out, t, n, n / P, ip, op);
+  check_chain(who, chain, P);
+  nb::gil_scoped_release release;
+  e.scatter(t, ip, op, n, chain);
+}
+
+/// reference::all_gather: inputs of m elements each (rank r's segment), outputs of P m.
+void all_gather(const std::vector<in_array>& in, const std::vector<out_array>& out, const std::string& dtype,
+                const std::string& quant, int bits, int group, bool rotate, int clip) {
+  const char* who = "echo_allreduce.reference.all_gather";
+  const echo::dtype t = parse_dtype(dtype);
+  const entry& e = find(quant, bits, group, rotate, clip, "none", "");
+  if (!e.gather)
+    throw std::invalid_argument(std::string(who) + ": not compiled for this quantizer (those echo/registry.cuh marks "
+                                "tool::reference_sp)");
+  if (in.empty()) throw std::invalid_argument(std::string(who) + ": no inputs (one array per rank)");
+  const size_t m = in[0].size();
+  std::vector<const void*> ip;
+  std::vector<void*> op;
+  rank_pointers(who, in, out, t, m, m * in.size(), ip, op);
+  nb::gil_scoped_release release;
+  e.gather(t, ip, op, m);
 }
 
 /// reference::residual_rms_norm on one rank's arrays: out (the all-reduce, becomes the normalised
@@ -162,12 +219,15 @@ NB_MODULE(_reference, m) {
 
   m.def("all_reduce", &all_reduce, "inputs"_a, "out"_a, "dtype"_a, "quant"_a, "bits"_a, "group_size"_a, "rotate"_a,
         "clip"_a, "comp"_a, "storage"_a, "chain"_a = nb::none(), "closes"_a = false);
+  m.def("reduce_scatter", &reduce_scatter, "inputs"_a, "out"_a, "dtype"_a, "quant"_a, "bits"_a, "group_size"_a, "rotate"_a,
+        "clip"_a, "comp"_a, "storage"_a, "chain"_a = nb::none());
+  m.def("all_gather", &all_gather, "inputs"_a, "out"_a, "dtype"_a, "quant"_a, "bits"_a, "group_size"_a, "rotate"_a, "clip"_a);
   m.def("residual_rms_norm", &residual_rms_norm, "out"_a, "residual"_a, "weight"_a, "epsilon"_a, "dtype"_a);
   m.def("instantiations", [] {
-    std::vector<std::tuple<std::string, int, int, bool, int, std::string, std::string>> v;
+    std::vector<std::tuple<std::string, int, int, bool, int, std::string, std::string, bool, bool>> v;
     for (const entry& e : table())
       v.emplace_back(e.name.quant.name, e.name.quant.bits, e.name.quant.group, e.name.quant.rotate, e.name.quant.clip,
-                     e.name.comp, e.name.storage);
+                     e.name.comp, e.name.storage, e.scatter != nullptr, e.gather != nullptr);
     return v;
   });
 }

@@ -42,38 +42,82 @@ class chain_impl final : public chain_base {
 /// closes: the call that closes its chain (echo::reference::all_reduce::close_chain).
 using run_fn = void (*)(echo::dtype, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n,
                         chain_base* chain, bool closes);
+/// reference::reduce_scatter: in[r] n values, out[r] rank r's n / P.
+using scatter_fn = void (*)(echo::dtype, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n,
+                            chain_base* chain);
+/// reference::all_gather: in[r] rank r's m values, out[r] P m.
+using gather_fn = void (*)(echo::dtype, const std::vector<const void*>& in, const std::vector<void*>& out, size_t m);
 
 struct entry {
   key name;
   run_fn run;
+  scatter_fn scatter;  ///< null: not compiled (tool::reference_sp), or a state in data steps
+  gather_fn gather;    ///< null: not compiled (tool::reference_sp)
 };
 
-template <class Q, class C>
-void run(echo::dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n, chain_base* chain,
-         bool closes) {
-  const echo::reference::all_reduce<Q, C> ar(static_cast<int>(in.size()));
-  const auto call = [&](typename echo::reference::all_reduce<Q, C>::chain* ch) {
-    if (closes) ar.close_chain(t, in, out, n, ch);
-    else ar(t, in, out, n, ch);
-  };
+/// C's chain, or null without state; throws where the chain is missing or of another storage.
+template <class C>
+echo::reference::chain_state<C>* chain_of(chain_base* chain) {
   if constexpr (C::keeps_state) {
     auto* c = dynamic_cast<chain_impl<C>*>(chain);
     if (!c)
       throw std::invalid_argument(std::string("echo_allreduce.reference: error_feedback with storage '") +
                                   echo::storage_name<C>() + "' needs a ChainState of that storage" +
                                   (chain ? std::string(", got one of '") + chain->storage() + "'" : std::string()));
-    call(&c->state);
+    return &c->state;
   } else {
     if (chain) throw std::invalid_argument("echo_allreduce.reference: comp 'none' keeps no state; pass no chain");
-    call(nullptr);
+    return nullptr;
   }
+}
+
+/// f(in, out) with the rank pointers cast to the element type t names.
+template <class F>
+void typed(echo::dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, F&& f) {
+  echo::dispatch_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<const T*> i(in.size());
+    std::vector<T*> o(out.size());
+    for (size_t r = 0; r < in.size(); ++r) i[r] = static_cast<const T*>(in[r]);
+    for (size_t r = 0; r < out.size(); ++r) o[r] = static_cast<T*>(out[r]);
+    f(i, o);
+  });
+}
+
+template <class Q, class C>
+void run(echo::dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n, chain_base* chain,
+         bool closes) {
+  auto* ch = chain_of<C>(chain);
+  const echo::reference::all_reduce<Q, C> ar(static_cast<int>(in.size()));
+  if (closes) ar.close_chain(t, in, out, n, ch);
+  else ar(t, in, out, n, ch);
+}
+
+template <class Q, class C>
+void scatter(echo::dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n, chain_base* chain) {
+  auto* ch = chain_of<C>(chain);
+  const echo::reference::reduce_scatter<Q, C> rs(static_cast<int>(in.size()));
+  typed(t, in, out, [&](const auto& i, const auto& o) { rs(i, o, n, ch); });
+}
+
+template <class Q>
+void gather(echo::dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t m) {
+  const echo::reference::all_gather<Q> ag(static_cast<int>(in.size()));
+  typed(t, in, out, [&](const auto& i, const auto& o) { ag(i, o, m); });
 }
 
 /// The entries of one generated translation unit: shard Shard of Shards of the registry.
 template <std::size_t Shard, std::size_t Shards>
 void add_shard(std::vector<entry>& table) {
   for_each_pair<echo::tool::reference, Shard, Shards>([&](auto q, auto c, const key& k) {
-    table.push_back({k, &run<typename decltype(q)::type, typename decltype(c)::type>});
+    using Q = typename decltype(q)::type;
+    using C = typename decltype(c)::type;
+    entry e{k, &run<Q, C>, nullptr, nullptr};
+    if constexpr ((decltype(q)::tools & echo::tool::reference_sp) != 0) {
+      e.gather = &gather<Q>;
+      if constexpr (!echo::comp::stores_in_data_steps<C>::value) e.scatter = &scatter<Q, C>;
+    }
+    table.push_back(e);
   });
 }
 
