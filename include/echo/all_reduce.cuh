@@ -496,6 +496,11 @@ class all_reduce {
     if (max_elements > comp::state_header::max_n) return "max_elements must be below 2^56";
     if (!(std::isfinite(opt.spin_limit_seconds) && opt.spin_limit_seconds > 0 && opt.spin_limit_seconds <= 86400))
       return "options.spin_limit_seconds must be in (0, 86400]";
+    // A size above 2^62 bytes is a negative count converted (the -1 that meant "the table's"
+    // before these options were std::optional): leave it unset for the table's.
+    if (opt.unquantized_below_bytes && *opt.unquantized_below_bytes > (size_t(1) << 62))
+      return "options.unquantized_below_bytes is above 2^62 (a negative number converted?); leave it unset for the "
+             "dispatch table's size";
     return nullptr;
   }
 

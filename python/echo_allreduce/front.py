@@ -6,7 +6,7 @@ Three backends, picked at construction:
 - ``reference``: every rank all-gathers the ranks' tensors over the group and runs
   ``echo_allreduce.reference`` (the C++ host reference) on them, keeping this rank's output. Its
   results are bit-identical to the ``cuda`` backend's given the same ``unquantized_below_bytes``:
-  it has no GPU and so no dispatch table, and the default (-1) quantizes every size there, where
+  it has no GPU and so no dispatch table, and the default (None) quantizes every size there, where
   the cuda backend sums small messages exactly (on 2 x H200 below 2 MiB). It runs on CPU (a gloo
   group) and is slow;
 - ``off``: plain ``torch.distributed.all_reduce`` (``ECHO_ALLREDUCE=off``, see config.py).

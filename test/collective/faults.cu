@@ -114,7 +114,7 @@ TEST_CASE("ranks built with different configurations: the constructor throws on 
   rc.step(5000);
 }
 
-TEST_CASE("bad options throw at construction: spin limit <= 0, NaN, above a day") {
+TEST_CASE("bad options throw at construction: spin limit <= 0, NaN, above a day; a negative size converted") {
   // Every rank constructs (the constructor is collective: arguments are judged on every rank and
   // thrown after the configuration exchange, so that no rank is left waiting in it).
   auto& comms = local_comms();
@@ -126,6 +126,9 @@ TEST_CASE("bad options throw at construction: spin limit <= 0, NaN, above a day"
     opt.spin_limit_seconds = limit;
     CHECK_THROWS_AS(build(opt), echo::error);
   }
+  echo::all_reduce_options opt;
+  opt.unquantized_below_bytes = static_cast<size_t>(-1);  // what "= -1" (the old "the table's") now stores
+  CHECK_THROWS_AS(build(opt), echo::error);
 }
 
 TEST_CASE("one object called on two streams at once: the calls are ordered, both right") {

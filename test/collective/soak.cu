@@ -191,8 +191,7 @@ class soak_of : public soak_object {
   std::vector<device_buffer<unsigned char>> in_, out_;
   size_t unquantized_below_ = 0;
 
-  /// The largest message cuda_ipc serves by its one-shot kernel (the older headers: only objects
-  /// without a compensator, 1 MiB).
+  /// The largest message cuda_ipc serves by its one-shot kernel.
   static constexpr size_t oneshot_bytes() {
     if constexpr (std::string_view(Transport::name) != "cuda_ipc") {
       return 0;

@@ -57,7 +57,7 @@ TEST_CASE("a policy without a mid variant, and an unquantized call, go wide from
 }
 
 TEST_CASE("the mid tier switched off by the options: every weight goes wide from wide_from") {
-  const size_t off = static_cast<size_t>(LLONG_MAX);  // options.mid_policy_from_bytes = LLONG_MAX
+  const size_t off = static_cast<size_t>(LLONG_MAX);  // options.mid_policy_from_bytes: a size no call reaches
   for (size_t wide : {size_t(512) * MiB, size_t(256) * MiB, SIZE_MAX}) {
     const tier_sizes s = sizes(wide, off);
     CHECK(tier_for(128 * MiB - 1, s) == tier::narrow);

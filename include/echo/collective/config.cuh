@@ -1,5 +1,5 @@
 // What an echo::all_reduce object hands its transport's engine: the object-level configuration
-// (config) and, per call, the call's arguments (call).
+// (config) and, per call, the call's arguments (call_args).
 #pragma once
 
 #include "../epilogue/residual_rms_norm.cuh"

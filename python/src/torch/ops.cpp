@@ -145,6 +145,8 @@ int64_t create(const c10::intrusive_ptr<c10d::ProcessGroup>& group, bool bootstr
       std::memcpy(static_cast<char*>(recv) + r * bytes, out[0][r].cpu().data_ptr(), bytes);
   };
   // The op's -1 (Python's None) is the options' unset: the dispatch table's size.
+  TORCH_CHECK_VALUE(unquantized_below_bytes >= -1, "echo.create: unquantized_below_bytes must be >= 0, or -1 (the "
+                    "dispatch table's), got ", unquantized_below_bytes);
   options o{static_cast<size_t>(max_elements), spin_limit_s,
             unquantized_below_bytes >= 0 ? std::optional<size_t>(static_cast<size_t>(unquantized_below_bytes)) : std::nullopt};
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
