@@ -88,6 +88,20 @@ inline std::vector<float> owner_sum(const std::vector<std::vector<float>>& xp, c
   return S;
 }
 
+/// f(in, out) with the ranks' buffers cast to the element type t names (the runtime-dtype forms
+/// of the reference's collectives).
+template <class F>
+void with_element_type(dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, F&& f) {
+  dispatch_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<const T*> i(in.size());
+    std::vector<T*> o(out.size());
+    for (size_t r = 0; r < in.size(); ++r) i[r] = static_cast<const T*>(in[r]);
+    for (size_t r = 0; r < out.size(); ++r) o[r] = static_cast<T*>(out[r]);
+    f(i, o);
+  });
+}
+
 template <class Quant, class Comp = comp::none>
 class all_reduce {
   static_assert(quant::check_quantizer<Quant>::value && comp::check_compensator<Comp, Quant>::value);
@@ -139,11 +153,11 @@ class all_reduce {
   /// Runtime-dtype forms for callers that hold a dtype value; throw on an unsupported one.
   void operator()(dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n,
                   chain* ch = nullptr, std::vector<uint8_t>* quantizations = nullptr) const {
-    typed(t, in, out, [&](const auto& i, const auto& o) { (*this)(i, o, n, ch, quantizations); });
+    with_element_type(t, in, out, [&](const auto& i, const auto& o) { (*this)(i, o, n, ch, quantizations); });
   }
   void close_chain(dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n,
                    chain* ch = nullptr, std::vector<uint8_t>* quantizations = nullptr) const {
-    typed(t, in, out, [&](const auto& i, const auto& o) { close_chain(i, o, n, ch, quantizations); });
+    with_element_type(t, in, out, [&](const auto& i, const auto& o) { close_chain(i, o, n, ch, quantizations); });
   }
 
  private:
@@ -151,19 +165,6 @@ class all_reduce {
   void check_epilogues(const std::vector<E>& epi) const {
     ECHO_REQUIRE(epi.size() == static_cast<size_t>(ranks_), "echo::reference::all_reduce",
                  "expected " + std::to_string(ranks_) + " epilogues, got " + std::to_string(epi.size()));
-  }
-
-  /// f(in, out) with the buffers cast to the element type t names.
-  template <class F>
-  static void typed(dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, F&& f) {
-    dispatch_dtype(t, [&](auto tag) {
-      using T = decltype(tag);
-      std::vector<const T*> i(in.size());
-      std::vector<T*> o(out.size());
-      for (size_t r = 0; r < in.size(); ++r) i[r] = static_cast<const T*>(in[r]);
-      for (size_t r = 0; r < out.size(); ++r) o[r] = static_cast<T*>(out[r]);
-      f(i, o);
-    });
   }
 
   template <class Q, class T>

@@ -71,19 +71,6 @@ echo::reference::chain_state<C>* chain_of(chain_base* chain) {
   }
 }
 
-/// f(in, out) with the rank pointers cast to the element type t names.
-template <class F>
-void typed(echo::dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, F&& f) {
-  echo::dispatch_dtype(t, [&](auto tag) {
-    using T = decltype(tag);
-    std::vector<const T*> i(in.size());
-    std::vector<T*> o(out.size());
-    for (size_t r = 0; r < in.size(); ++r) i[r] = static_cast<const T*>(in[r]);
-    for (size_t r = 0; r < out.size(); ++r) o[r] = static_cast<T*>(out[r]);
-    f(i, o);
-  });
-}
-
 template <class Q, class C>
 void run(echo::dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n, chain_base* chain,
          bool closes) {
@@ -97,13 +84,13 @@ template <class Q, class C>
 void scatter(echo::dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t n, chain_base* chain) {
   auto* ch = chain_of<C>(chain);
   const echo::reference::reduce_scatter<Q, C> rs(static_cast<int>(in.size()));
-  typed(t, in, out, [&](const auto& i, const auto& o) { rs(i, o, n, ch); });
+  echo::reference::with_element_type(t, in, out, [&](const auto& i, const auto& o) { rs(i, o, n, ch); });
 }
 
 template <class Q>
 void gather(echo::dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t m) {
   const echo::reference::all_gather<Q> ag(static_cast<int>(in.size()));
-  typed(t, in, out, [&](const auto& i, const auto& o) { ag(i, o, m); });
+  echo::reference::with_element_type(t, in, out, [&](const auto& i, const auto& o) { ag(i, o, m); });
 }
 
 /// The entries of one generated translation unit: shard Shard of Shards of the registry.
