@@ -49,6 +49,15 @@ struct reducer {
   std::string quant, comp;
   int bits = 0, group = 0;
   collective coll = collective::all_reduce;
+  /// Names this reducer after Q, C and the collective it runs.
+  template <class Q, class C>
+  void describe(collective k) {
+    quant = Q::name;
+    comp = comp_label<C>();
+    bits = Q::bits;
+    group = Q::group;
+    coll = k;
+  }
   std::string label() const {
     const std::string rs = coll == collective::reduce_scatter ? "rs:" : "";
     if (quant == "none") return rs + "none/" + comp;
@@ -70,12 +79,7 @@ template <class Q, class C>
 struct reducer_impl final : reducer {
   echo::reference::all_reduce<Q, C> ar;
   echo::reference::chain_state<C> chain;
-  explicit reducer_impl(const request& r) : ar(r.ranks), chain(r.ranks, r.n) {
-    quant = Q::name;
-    comp = comp_label<C>();
-    bits = Q::bits;
-    group = Q::group;
-  }
+  explicit reducer_impl(const request& r) : ar(r.ranks), chain(r.ranks, r.n) { describe<Q, C>(collective::all_reduce); }
   void begin_pass() override { chain.reset(); }  // one forward pass = one chain
   void reduce(const std::vector<const bf16*>& in, const std::vector<bf16*>& out, size_t n) override {
     ar(in, out, n, &chain);
@@ -90,11 +94,7 @@ struct scatter_reducer final : reducer {
   std::vector<std::vector<bf16>> seg;
   explicit scatter_reducer(const request& r)
       : rs(r.ranks), chain(r.ranks, r.n), seg(static_cast<size_t>(r.ranks), std::vector<bf16>(r.n / r.ranks)) {
-    quant = Q::name;
-    comp = comp_label<C>();
-    bits = Q::bits;
-    group = Q::group;
-    coll = collective::reduce_scatter;
+    describe<Q, C>(collective::reduce_scatter);
   }
   void begin_pass() override { chain.reset(); }
   void reduce(const std::vector<const bf16*>& in, const std::vector<bf16*>& out, size_t n) override {

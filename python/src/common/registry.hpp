@@ -20,6 +20,8 @@ struct key {
 };
 
 namespace detail {
+static_assert(echo::registered_compensators::size < 64, "echo_py::key::order packs a compensator's place in 6 bits");
+
 template <unsigned Tools, class EQ, class F>
 void pairs_of(F& f, std::size_t qi) {
   using Q = typename EQ::type;

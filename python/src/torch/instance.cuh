@@ -115,8 +115,9 @@ void add_transport_shard(std::vector<entry>& table, unsigned order_base) {
   for_each_pair<Tools, Shard, Shards>([&](auto q, auto c, const key& k) {
     using Q = typename decltype(q)::type;
     using C = typename decltype(c)::type;
-    table.push_back({k.quant.name, k.quant.bits, k.quant.group, k.quant.rotate, k.quant.clip, k.comp, k.storage,
-                     Transport::name, &make<Q, Transport, C>, order_base + k.order});
+    key name = k;
+    name.order += order_base;
+    table.push_back({name, Transport::name, &make<Q, Transport, C>});
   });
 }
 

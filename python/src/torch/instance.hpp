@@ -4,6 +4,8 @@
 // quantizer (torch_ops.cmake), so a parallel build compiles them side by side.
 #pragma once
 
+#include "../common/registry.hpp"
+
 #include <echo/dtype.cuh>
 #include <echo/epilogue/residual_rms_norm.cuh>
 #include <echo/error.cuh>
@@ -53,16 +55,9 @@ class instance {
 using factory = std::unique_ptr<instance> (*)(const bootstrap&, const options&);
 
 struct entry {
-  const char* quant;
-  int bits;   ///< 0 for quant none
-  int group;  ///< 0 for quant none
-  bool rotate;  ///< quant::rotated
-  int clip;     ///< quant::clipped's ratio in 1024ths (1024: none)
-  const char* comp;
-  const char* storage;  ///< "" for comp none
+  key name;  ///< quantizer, compensator and registry order (common/registry.hpp; nccl's after cuda_ipc's)
   const char* transport;
   factory make;
-  unsigned order;  ///< the registry's order (transport, quantizer, compensator), which the table keeps
 };
 
 /// Every compiled instantiation (table.cpp), in the registry's order.

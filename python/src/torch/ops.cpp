@@ -273,9 +273,10 @@ int64_t unquantized_below_bytes(int64_t handle) {
 std::vector<std::string> instantiations() {
   std::vector<std::string> v;
   for (const entry& e : table())
-    v.push_back(std::string(e.quant) + " " + std::to_string(e.bits) + " " + std::to_string(e.group) + " " +
-                std::to_string(e.rotate ? 1 : 0) + " " + std::to_string(e.clip) + " " + e.comp + " " +
-                (*e.storage ? e.storage : "-") + " " + e.transport);
+    v.push_back(std::string(e.name.quant.name) + " " + std::to_string(e.name.quant.bits) + " " +
+                std::to_string(e.name.quant.group) + " " + std::to_string(e.name.quant.rotate ? 1 : 0) + " " +
+                std::to_string(e.name.quant.clip) + " " + e.name.comp + " " + (*e.name.storage ? e.name.storage : "-") +
+                " " + e.transport);
   return v;
 }
 
