@@ -1,7 +1,9 @@
-// echo-fused: the all-reduce with the residual + RMSNorm epilogue in its launch, against the same
+// echo-fused: the all-reduce with the residual + RMSNorm epilogue in the call, against the same
 // all-reduce followed by the epilogue as a kernel of its own (epilogue::epilogue_kernel, the same
 // row code, launched programmatically so that it is scheduled while the all-reduce drains: the
-// strongest unfused pair Echo knows), and against the bare all-reduce, in one run.
+// strongest unfused pair Echo knows), and against the bare all-reduce, in one run. The fused call
+// twice: its rows in the all-reduce's last launch, and as a launch of their own after it
+// (options.epilogue_launch_from_bytes tuning::never and 0; the dispatch table picks by size).
 //
 //   echo-fused [-g RANKS] [-b 8K] [-e 256M] [-f 4] [-H 4096] [-n 50] [-w 10] [-r 5] [-q default|none]
 //
@@ -53,15 +55,21 @@ struct rank_buffers {
   bf16 *in = nullptr, *out = nullptr, *residual = nullptr, *weight = nullptr;
 };
 
-enum class variant { bare, unfused, fused };
+enum class variant { bare, unfused, fused_in, fused_own };
+constexpr int variants = 4;
+const char* const variant_name[variants] = {"bare", "unfused", "fused (rows in)", "fused (rows own)"};
 
 template <class AR>
 class bench {
  public:
   bench(const std::vector<echo::communicator>& comms, size_t max_elements, size_t hidden)
-      : comms_(comms), ar_(comms.size()), ch_(comms.size()), r_(comms.size()) {
+      : comms_(comms), ar_(comms.size()), own_(comms.size()), ch_(comms.size()), r_(comms.size()) {
+    echo::all_reduce_options in, own;
+    in.epilogue_launch_from_bytes = echo::tuning::never;
+    own.epilogue_launch_from_bytes = 0;
     echo::for_each_rank(comms, [&](const echo::communicator& c) {
-      ar_[static_cast<size_t>(c.rank())] = std::make_unique<AR>(c, max_elements);
+      ar_[static_cast<size_t>(c.rank())] = std::make_unique<AR>(c, max_elements, in);
+      own_[static_cast<size_t>(c.rank())] = std::make_unique<AR>(c, max_elements, own);
     });
     std::mt19937 g(7);
     std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -92,6 +100,7 @@ class bench {
       cudaStreamSynchronize(r_[r].stream);
       ch_[r].reset();
       ar_[r].reset();
+      own_[r].reset();
       for (bf16* p : {r_[r].in, r_[r].out, r_[r].residual, r_[r].weight}) cudaFree(p);
       cudaEventDestroy(r_[r].start);
       cudaEventDestroy(r_[r].stop);
@@ -113,8 +122,9 @@ class bench {
       ECHO_FUSED_CUDA(cudaSetDevice(b.device));
       ECHO_FUSED_CUDA(cudaEventRecord(b.stop, b.stream));
       ECHO_FUSED_CUDA(cudaEventSynchronize(b.stop));
-      if (const echo::status st = ar_[r]->check(); st != echo::status::success)
-        throw std::runtime_error(std::string(v == variant::fused ? "fused" : v == variant::unfused ? "unfused" : "bare") +
+      const AR& ar = v == variant::fused_own ? *own_[r] : *ar_[r];
+      if (const echo::status st = ar.check(); st != echo::status::success)
+        throw std::runtime_error(std::string(variant_name[static_cast<int>(v)]) +
                                  " calls of " + std::to_string(n) + " values failed on rank " + std::to_string(r) + ": " +
                                  echo::to_string(st));
       float ms = 0;
@@ -132,12 +142,13 @@ class bench {
   void call_all(variant v, size_t n, size_t hidden) {
     for (size_t r = 0; r < r_.size(); ++r) {
       rank_buffers& b = r_[r];
-      AR& ar = *ar_[r];
+      AR& ar = v == variant::fused_own ? *own_[r] : *ar_[r];
       ECHO_FUSED_CUDA(cudaSetDevice(b.device));
       typename AR::chain_type* ch = nullptr;
       if constexpr (AR::compensator::keeps_state) ch = ch_[r].get();
       const echo::epilogue::residual_rms_norm<bf16> e{b.residual, b.weight, hidden, 1e-6f};
-      const echo::status s = v == variant::fused ? ar(b.in, b.out, n, b.stream, e, ch) : ar(b.in, b.out, n, b.stream, ch);
+      const bool fused = v == variant::fused_in || v == variant::fused_own;
+      const echo::status s = fused ? ar(b.in, b.out, n, b.stream, e, ch) : ar(b.in, b.out, n, b.stream, ch);
       if (s != echo::status::success)
         throw std::runtime_error("rank " + std::to_string(r) + ": " + echo::to_string(s) + " (" + ar.last_error() + ")");
     }
@@ -147,12 +158,12 @@ class bench {
       ECHO_FUSED_CUDA(cudaSetDevice(b.device));
       const echo::epilogue::job<bf16> j{echo::epilogue::kind::residual_rms_norm, b.residual, b.weight,
                                         static_cast<uint32_t>(hidden), 1e-6f};
-      ECHO_FUSED_CUDA(echo::epilogue::launch_epilogue(j, b.out, n, sms_, b.stream, true));
+      ECHO_FUSED_CUDA(echo::epilogue::launch_epilogue<echo::epilogue::sum_at::out>(j, b.out, n, sms_, b.stream, true));
     }
   }
 
   std::vector<echo::communicator> comms_;
-  std::vector<std::unique_ptr<AR>> ar_;
+  std::vector<std::unique_ptr<AR>> ar_, own_;  // the rows in the last launch; as a launch of their own
   std::vector<std::unique_ptr<typename AR::chain_type>> ch_;
   std::vector<rank_buffers> r_;
   int sms_ = 1;
@@ -162,23 +173,21 @@ template <class AR>
 void run(const std::vector<echo::communicator>& comms, size_t lo, size_t hi, size_t factor, size_t hidden, int iters,
          int warmup, int rounds) {
   bench<AR> b(comms, std::max(hi / sizeof(bf16), hidden), hidden);
-  std::printf("# %8s %8s %6s %12s %12s %12s %10s %10s\n", "size", "values", "rows", "bare(us)", "unfused(us)",
-              "fused(us)", "unfused/", "epilogue");
-  std::printf("# %8s %8s %6s %12s %12s %12s %10s %10s\n", "", "", "", "", "", "", "fused", "saved");
+  std::printf("# %10s %9s %6s %10s %12s %10s %10s %10s %10s\n", "size", "values", "rows", "bare(us)", "unfused(us)",
+              "fused in", "fused own", "unfused /", "unfused /");
+  std::printf("# %10s %9s %6s %10s %12s %10s %10s %10s %10s\n", "", "", "", "", "", "(us)", "(us)", "fused in", "fused own");
   for (size_t bytes = lo; bytes <= hi; bytes *= factor) {
     const size_t n = std::max(hidden, bytes / sizeof(bf16) / hidden * hidden);
-    std::vector<double> t[3];
+    std::vector<double> t[variants];
     for (int k = 0; k < rounds; ++k)
-      for (variant v : {variant::bare, variant::unfused, variant::fused})
-        t[static_cast<int>(v)].push_back(b.time(v, n, hidden, iters, warmup));
-    double m[3];
-    for (int v = 0; v < 3; ++v) {
+      for (int v = 0; v < variants; ++v) t[v].push_back(b.time(static_cast<variant>(v), n, hidden, iters, warmup));
+    double m[variants];
+    for (int v = 0; v < variants; ++v) {
       std::sort(t[v].begin(), t[v].end());
       m[v] = t[v][t[v].size() / 2];
     }
-    const double epi_unfused = m[1] - m[0], epi_fused = m[2] - m[0];
-    std::printf("  %8zu %8zu %6zu %12.2f %12.2f %12.2f %9.3fx %9.0f%%\n", n * sizeof(bf16), n, n / hidden, m[0], m[1], m[2],
-                m[1] / m[2], epi_unfused > 0 ? 100.0 * (epi_unfused - epi_fused) / epi_unfused : 0.0);
+    std::printf("  %10zu %9zu %6zu %10.2f %12.2f %10.2f %10.2f %9.3fx %9.3fx\n", n * sizeof(bf16), n, n / hidden, m[0], m[1],
+                m[2], m[3], m[1] / m[2], m[1] / m[3]);
     std::fflush(stdout);
     if (factor <= 1) break;
   }

@@ -362,7 +362,7 @@ class all_reduce {
     if (comm_.size() == 1) {
       if (in != out && cudaMemcpyAsync(out, in, bytes, cudaMemcpyDefault, stream) != cudaSuccess)
         return cuda_failed("cudaMemcpyAsync (P = 1: out = in)");
-      if (job.active() && epilogue::launch_epilogue(job, out, n, sms_, stream, false) != cudaSuccess)
+      if (job.active() && epilogue::launch_epilogue<epilogue::sum_at::out>(job, out, n, sms_, stream, false) != cudaSuccess)
         return cuda_failed("the epilogue's launch (P = 1)");
       return status::success;
     }

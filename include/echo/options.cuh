@@ -40,6 +40,11 @@ struct all_reduce_options {
   /// mid variant (so tuning::never switches the mid tier off, and no call weight is left narrow at
   /// every size). Results are bit-identical either way.
   std::optional<size_t> mid_policy_from_bytes;
+  /// cuda_ipc: from this many bytes a call with an epilogue (epilogue/residual_rms_norm.cuh) runs
+  /// the rows' normalisation as a launch of its own on the whole GPU after the all-reduce, below it
+  /// in the all-reduce's last launch; unset: from echo::tuning::dispatch_table. Rank-local: results
+  /// are bit-identical either way, and ranks may differ.
+  std::optional<size_t> epilogue_launch_from_bytes;
 };
 
 }  // namespace echo

@@ -103,8 +103,6 @@ void fused_step(reference_check<Q, C, T, Transport>& rc, size_t tokens, size_t h
 const std::pair<size_t, size_t> shapes[] = {{1, 8},     {3, 24},   {1, 4096}, {2, 16384}, {7, 2056},
                                             {64, 640},  {5, 5120}, {129, 96}, {600, 128}, {33, 2048}};
 
-}  // namespace
-
 TEST_CASE("fused epilogue, 4-bit + error feedback: every row shape, in place, deferred, closing") {
   reference_check<za4, ef16, bf16> rc(600 * 128 + 2 * 16384);
   for (const auto& s : shapes) fused_step(rc, s.first, s.second);
@@ -142,9 +140,10 @@ TEST_CASE("fused epilogue on the one-shot path (decode sizes)") {
   fused_step(rc, 3, 1000 + 8);
 }
 
-TEST_CASE("fused epilogue in a CUDA graph: captured once, replayed on fresh inputs and residuals") {
+/// A fused call captured in a CUDA graph once, replayed on fresh inputs and residuals.
+void graph_replays(const echo::all_reduce_options& opt) {
   const size_t tokens = 16, hidden = 4096, n = tokens * hidden;
-  reference_check<za4, ef16, bf16> rc(n);
+  reference_check<za4, ef16, bf16> rc(n, opt);
   const int P = rc.ranks();
   std::vector<int> devices;
   for (int r = 0; r < P; ++r) devices.push_back(rc.in(r).device);
@@ -197,6 +196,37 @@ TEST_CASE("fused epilogue in a CUDA graph: captured once, replayed on fresh inpu
     cudaSetDevice(devices[r]);
     cudaGraphExecDestroy(execs[r]);
   }
+}
+
+/// Options with the rows in the all-reduce's last launch (never) or a launch of their own from
+/// `from` bytes.
+echo::all_reduce_options rows_own_from(size_t from) {
+  echo::all_reduce_options opt;
+  opt.epilogue_launch_from_bytes = from;
+  return opt;
+}
+
+}  // namespace
+
+TEST_CASE("fused epilogue in a CUDA graph: captured once, replayed on fresh inputs and residuals") {
+  graph_replays(rows_own_from(echo::tuning::never));
+  graph_replays(rows_own_from(0));  // the rows' own launch captured after the pipeline's
+}
+
+TEST_CASE("fused epilogue with its rows as a launch of their own (options.epilogue_launch_from_bytes)") {
+  // every call: the same bits as the rows in the last launch
+  reference_check<za4, ef16, bf16> rc(600 * 128 + 2 * 16384, rows_own_from(0));
+  for (const auto& s : shapes) fused_step(rc, s.first, s.second);
+  fused_step(rc, 9, 4096, {true, false, false});
+  fused_step(rc, 9, 4096, {false, true, false});
+  fused_step(rc, 9, 4096, {false, false, true});
+  // from 64 KiB: calls on either side of it, one chain
+  reference_check<echo::default_quantizer, ef8, bf16> mixed(64 * 4096, rows_own_from(64 << 10));
+  for (size_t tokens : {64, 2, 16, 3, 64, 8}) fused_step(mixed, tokens, 4096);
+  // rank-local: ranks that disagree still agree on every bit
+  auto opt = [](int rank) { return rows_own_from(rank == 0 ? 0 : echo::tuning::never); };
+  reference_check<za4, ef16, bf16> split(16 * 4096, opt);
+  for (size_t tokens : {16, 5, 16}) fused_step(split, tokens, 4096);
 }
 
 TEST_CASE("fused epilogue misuse: refused before anything runs, the chain untouched") {

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 #include <sstream>
 #include <memory>
 #include <mutex>
@@ -181,14 +182,20 @@ long long first_mismatch(const std::vector<T>& a, const std::vector<T>& b) {
 
 /// Builds one echo::all_reduce per rank collectively (nullptr-free: the test skips a transport
 /// that cannot run at this P before it gets here).
-template <class AR, class Transport = echo::transport::cuda_ipc::tag>
-std::vector<std::unique_ptr<AR>> make_all(size_t max_elements, typename AR::options opt = {}) {
+template <class AR, class Transport = echo::transport::cuda_ipc::tag, class OptionsOf>
+std::vector<std::unique_ptr<AR>> make_each(size_t max_elements, OptionsOf options_of) {
   auto& comms = *comms_for<Transport>();
   std::vector<std::unique_ptr<AR>> ars(comms.size());
   echo::for_each_rank(comms, [&](const echo::communicator& c) {
-    ars[static_cast<size_t>(c.rank())] = std::make_unique<AR>(c, max_elements, opt);
+    ars[static_cast<size_t>(c.rank())] = std::make_unique<AR>(c, max_elements, options_of(c.rank()));
   });
   return ars;
+}
+
+/// The same with one options for every rank.
+template <class AR, class Transport = echo::transport::cuda_ipc::tag>
+std::vector<std::unique_ptr<AR>> make_all(size_t max_elements, typename AR::options opt = {}) {
+  return make_each<AR, Transport>(max_elements, [&](int) { return opt; });
 }
 
 /// Builds an AR on every rank of comms while device memory is taken so that some ranks' workspace
@@ -284,7 +291,12 @@ class reference_check {
   }
 
   reference_check(size_t max_elements, typename AR::options opt = {})
-      : P_(static_cast<int>(comms_for<Transport>()->size())), ars_(make_all<AR, Transport>(max_elements, forced(opt))), ref_(P_),
+      : reference_check(max_elements, [opt](int) { return opt; }) {}
+  /// Each rank's own options (options_of(rank)): what a rank-local option may differ in.
+  template <class OptionsOf, class = std::enable_if_t<std::is_invocable<OptionsOf, int>::value>>
+  reference_check(size_t max_elements, OptionsOf options_of)
+      : P_(static_cast<int>(comms_for<Transport>()->size())),
+        ars_(make_each<AR, Transport>(max_elements, [&](int r) { return forced(options_of(r)); })), ref_(P_),
         ref_chain_(P_, max_elements), rng_(seed()), pool_(P_) {
     const auto devs = rank_devices(P_);
     for (int r = 0; r < P_; ++r) {

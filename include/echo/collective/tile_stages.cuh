@@ -10,6 +10,7 @@
 #include "../comp/compensator.cuh"
 #include "../comp/state_storage.cuh"
 #include "../detail/fp_ops.cuh"
+#include "../epilogue/destination.cuh"
 #include "group_transform.cuh"
 #include "tile_config.cuh"
 
@@ -192,9 +193,10 @@ struct tile_stages {
 
   /// B (reduce the own segment): S = the sum over ranks 0..P-1 in that order, in fp32, of the own
   /// x' (never quantized) and the receipts recv(i) (a packet pointer of sender i); quantize S
-  /// once; write the own output and keep e = S - out. Returns the packet of S for every peer.
+  /// once; write the own output (to `to`) and keep e = S - out. Returns the packet of S for every
+  /// peer.
   template <class Recv>
-  __device__ __forceinline__ static packed reduce(const operands& own, const state_ref& st, T* out, size_t first,
+  __device__ __forceinline__ static packed reduce(const operands& own, const state_ref& st, const epilogue::destination<T>& to, size_t first,
                                                   int valid, rank_place at, Recv&& recv) {
     const int me = at.me, P = at.ranks, lane = threadIdx.x & 31;
     const bool whole = transform::whole(valid, lane);
@@ -224,7 +226,7 @@ struct tile_stages {
         for (int v = 0; v < V; ++v) y[v] = echo::detail::mul_rn(y[v], transform::H::inv_size);
       }
       transform::inverse_scaled(y, lane, whole);
-      echo::detail::store_floats<T, V>(out + first, valid, y);
+      to.store(first, valid, y);
       if constexpr (keeps) {
         if (st.keep_own) {
 #pragma unroll
@@ -233,7 +235,7 @@ struct tile_stages {
         }
       }
     } else {
-      echo::detail::store_floats<T, V>(out + first, valid, dq);
+      to.store(first, valid, dq);
       if constexpr (keeps) {
         if (st.keep_own) {
 #pragma unroll
@@ -247,7 +249,8 @@ struct tile_stages {
   }
 
   /// C (gather): dequantize an owner's packet into the output (transformed back, for a whole group).
-  __device__ __forceinline__ static void gather(const unsigned char* packet, T* out, size_t first, int valid, int lane) {
+  __device__ __forceinline__ static void gather(const unsigned char* packet, const epilogue::destination<T>& to, size_t first,
+                                                int valid, int lane) {
     float v[V];
     if constexpr (rotates) {
       const bool whole = transform::whole(valid, lane);
@@ -256,7 +259,7 @@ struct tile_stages {
     } else {
       codec::load(packet, lane, v);
     }
-    if (valid > 0) echo::detail::store_floats<T, V>(out + first, valid, v);
+    if (valid > 0) to.store(first, valid, v);
   }
 };
 

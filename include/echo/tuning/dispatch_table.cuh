@@ -28,6 +28,7 @@ struct dispatch_sizes {
   size_t mid_to_heavy = never;       ///< ... and wide from here: codes above 4 bits
   size_t mid_to_lean = never;        ///< 4 bits or fewer without state
   size_t mid_to_stateful = never;    ///< 4 bits or fewer with error-feedback state
+  size_t epilogue_launch_from = never;  ///< a fused call's rows run as a launch of their own (else in its last launch)
 };
 
 /// One row: the GPU (a substring of cudaDeviceProp::name), P, the transport's name, the link
@@ -47,6 +48,7 @@ struct dispatch_entry {
   constexpr dispatch_entry mid_to_heavy(size_t b) const { return with(&dispatch_sizes::mid_to_heavy, b); }
   constexpr dispatch_entry mid_to_lean(size_t b) const { return with(&dispatch_sizes::mid_to_lean, b); }
   constexpr dispatch_entry mid_to_stateful(size_t b) const { return with(&dispatch_sizes::mid_to_stateful, b); }
+  constexpr dispatch_entry epilogue_launch_from(size_t b) const { return with(&dispatch_sizes::epilogue_launch_from, b); }
 
  private:
   constexpr dispatch_entry with(size_t dispatch_sizes::*field, size_t b) const {

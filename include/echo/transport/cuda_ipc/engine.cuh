@@ -276,6 +276,7 @@ class engine {
         wide_from_unquantized_ = d.wide_from_unquantized;
       }
       mid_from_ = opt.mid_policy_from_bytes.value_or(d.mid_from);
+      epilogue_launch_from_ = opt.epilogue_launch_from_bytes.value_or(d.epilogue_launch_from);
     });
     agree_tiers(setup, call);
     if (P == 1) return setup.agree();
@@ -418,7 +419,7 @@ class engine {
     if constexpr (has_wide<quant::none>) preload_kernel<Wide<quant::none>, quant::none, T>();
     if constexpr (has_mid<Quant>) preload_kernel<Mid<Quant>, Quant, T>();
     if constexpr (has_closing && !std::is_same<Closing, Quant>::value) preload_kernel<Policy, Closing, T>();
-    echo::detail::preload_kernels(oneshot_kernel<T, oneshot_threads>);
+    echo::detail::preload_kernels(oneshot_kernel<T, oneshot_threads>, epilogue::epilogue_kernel<T, epilogue::sum_at::residual>);
     (void)oneshot_blocks_per_sm<T>();  // its occupancy query too
   }
 
@@ -471,6 +472,7 @@ class engine {
     p.subtiles = static_cast<int>(pl.U);
     p.ring = pl.ring;
     p.epilogue = c.epilogue;
+    p.rows_in_kernel = c.n * sizeof(T) < epilogue_launch_from_;
     p.layout = layout_;
     p.channel = channel();
     // Programmatic launches (detail/dependent_launch.cuh) only for kernels built with the wait,
@@ -484,6 +486,17 @@ class engine {
       p.last = p.t_end == pl.tiles0;
       if (echo::detail::launch_dependent(kernel, pl.grid, Cfg::threads, stream, programmatic, p) != cudaSuccess)
         return launch_failed();
+    }
+    if (c.epilogue.active() && !p.rows_in_kernel) {
+      // The rows on the whole GPU, after the pipeline added the all-reduce into the residual. The
+      // collective is complete: a failed launch leaves the object usable.
+      constexpr auto rows = epilogue::epilogue_kernel<T, epilogue::sum_at::residual>;
+      const bool after = !c.capturing && echo::detail::waits_for_prior_grid<rows>();
+      if (epilogue::launch_epilogue<epilogue::sum_at::residual>(c.epilogue, c.out, c.n, sms_, stream, after) != cudaSuccess) {
+        (void)cudaGetLastError();
+        error_ = "the epilogue's launch failed";
+        return status::cuda_error;
+      }
     }
     return status::success;
   }
@@ -580,6 +593,7 @@ class engine {
   const char* error_ = "";
   size_t wide_from_ = tuning::never, wide_from_unquantized_ = tuning::never;
   size_t mid_from_ = tuning::never, mid_to_heavy_ = tuning::never, mid_to_lean_ = tuning::never, mid_to_stateful_ = tuning::never;
+  size_t epilogue_launch_from_ = tuning::never;  ///< rank-local: the rows' bits are the same either way
   bool colocated_ = false;  ///< ranks of comm share a CUDA context (ranks_per_context)
   uint64_t group_ = 0;      ///< names this object's group among the process's (ranks_per_context)
   colocated_streams::log calls_;  ///< this rank's calls, for claim_stream

@@ -33,7 +33,7 @@ struct oneshot_params {
   T* out;
   size_t n;
   uint32_t sig;
-  epilogue::job<T> epilogue;  ///< what the launch does with out once all of it is written
+  epilogue::job<T> epilogue;  ///< active: the sums go into its residual, and the launch normalises the rows
   workspace_layout layout;
   peer_channel channel;
 };
@@ -74,6 +74,7 @@ __global__ void __launch_bounds__(Threads) oneshot_kernel(const oneshot_params<T
   }
   __syncthreads();
   // 2. sum all P inputs in rank order (the own term from the input itself)
+  const epilogue::destination<T> to{p.out, p.epilogue.active() ? p.epilogue.residual : nullptr};
   if (s_why == static_cast<int>(wait_result::ok)) {
     for (size_t i = begin + threadIdx.x * V; i < end; i += Threads * V) {
       const int valid = end - i < size_t(V) ? static_cast<int>(end - i) : V;
@@ -84,11 +85,11 @@ __global__ void __launch_bounds__(Threads) oneshot_kernel(const oneshot_params<T
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[v] = r == 0 ? term[v] : echo::detail::add_rn(acc[v], term[v]);
       }
-      echo::detail::store_floats<T, V>(p.out + i, valid, acc);
+      to.store(i, valid, acc);
     }
   }
   if (p.epilogue.active() && channel.grid_sync())
-    epilogue::apply_rows<T, epilogue::chunks_in_flight<T>()>(p.epilogue, p.out, p.n);
+    epilogue::apply_rows<T, epilogue::chunks_in_flight<T>(), epilogue::sum_at::residual>(p.epilogue, p.out, p.n);
   channel.close(epoch);
 }
 

@@ -54,8 +54,9 @@ struct pipeline_params {
   int subtiles;              ///< U: warp sub-tiles a tile (and a flag) covers
   size_t ring;               ///< R: tile slots of a peer's ring
   size_t t_begin, t_end;     ///< tiles of this launch (phase schedule: a round of the rings)
-  bool last;                 ///< the call's last launch (it writes the chain's tag and runs the epilogue)
-  epilogue::job<T> epilogue; ///< what the last launch does with out once all of it is written
+  bool last;                 ///< the call's last launch (it writes the chain's tag)
+  epilogue::job<T> epilogue; ///< active: the stores add into its residual (epilogue/destination.cuh)
+  bool rows_in_kernel;       ///< the last launch normalises the rows (else a launch of their own does)
   workspace_layout layout;
   peer_channel channel;
 };
@@ -92,6 +93,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   unsigned char* const local = channel.local;
   unsigned char* const* const peer = channel.peer;
   const workspace_layout& L = p.layout;
+  const epilogue::destination<T> to{p.out, p.epilogue.active() ? p.epilogue.residual : nullptr};
   const echo::detail::partition_quotients part{p.n, p.granule, P};
   const tile_index tiles0 = static_cast<tile_index>(echo::detail::ceil_div(part.size(0), tile_elems));  // segment 0 is the longest
   wait_result why = wait_result::ok;
@@ -130,7 +132,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     over_subtiles<stages>(
         p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs, sub_elems,
         [&](const auto& ops, size_t first, int valid, int u) {
-          const auto r = stages::reduce(ops, st, p.out, first, valid, {me, P}, [&](int i) {
+          const auto r = stages::reduce(ops, st, to, first, valid, {me, P}, [&](int i) {
             return static_cast<const unsigned char*>(local + L.recv_slot(i, slot, tile_bytes) + u * sub_bytes);
           });
           for (int d = 1; d < P; ++d)
@@ -152,7 +154,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       const unsigned char* const slot = local + L.gather_slot(j, t % static_cast<tile_index>(p.ring), tile_bytes);
       for (int u = 0; u < U && t * tile_elems + u * sub_elems < len; ++u) {
         const size_t first = b + t * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
-        stages::gather(slot + u * sub_bytes, p.out, first, valid_count(first, b + len, V), lane);
+        stages::gather(slot + u * sub_bytes, to, first, valid_count(first, b + len, V), lane);
       }
     }
     return wait_result::ok;
@@ -180,10 +182,11 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     for (tile_index t = t0; t < t1 && why == wait_result::ok; t += W) why = gather(t);
   }
   if (why != wait_result::ok && lane == 0) ch.give_up(why);
-  // Rows cross tiles and segments: the epilogue starts once every block has written its part.
-  // One chunk in flight a lane: more raised this kernel's registers and spills, which calls
-  // without an epilogue pay too (epilogue/rows.cuh, chunks_in_flight).
-  if (p.last && p.epilogue.active() && channel.grid_sync()) epilogue::apply_rows<T, 1>(p.epilogue, p.out, p.n);
+  // Rows cross tiles and segments: the rows start once every block has added its part into the
+  // residual. One chunk in flight a lane: more raised this kernel's registers and spills, which
+  // calls without an epilogue pay too (epilogue/rows.cuh, chunks_in_flight).
+  if (p.last && p.epilogue.active() && p.rows_in_kernel && channel.grid_sync())
+    epilogue::apply_rows<T, 1, epilogue::sum_at::residual>(p.epilogue, p.out, p.n);
 
   // The chain's tag changes with the call's last launch only (every launch of a call reads it).
   channel.close(frame.epoch, p.last ? p.state : nullptr,

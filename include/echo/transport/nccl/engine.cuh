@@ -279,7 +279,7 @@ class engine {
   template <class T>
   cudaError_t run_epilogue(const collective::call_args<T>& c, cudaStream_t stream) const {
     if (!c.epilogue.active()) return cudaSuccess;
-    return epilogue::launch_epilogue(c.epilogue, c.out, c.n, sms_, stream, false);
+    return epilogue::launch_epilogue<epilogue::sum_at::out>(c.epilogue, c.out, c.n, sms_, stream, false);
   }
 
   status finish(bool good, bool cuda_bad) {

@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   detail::write_header(c, c.reduced);
   detail::chunk_subtiles<Cfg>(c, c.rank, [&](size_t s, size_t first, int valid) {
     const int lane = threadIdx.x & 31;
-    const auto r = stages::reduce(stages::fetch(in, st, first, valid), st, out, first, valid, {c.rank, c.ranks},
+    const auto r = stages::reduce(stages::fetch(in, st, first, valid), st, {out, nullptr}, first, valid, {c.rank, c.ranks},
                                   [&](int i) {
                                     return static_cast<const unsigned char*>(c.recv + i * c.slot_bytes + slot_header::bytes +
                                                                              s * Cfg::sub_bytes);
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   for (int d = 1; d < c.ranks; ++d) {
     const int j = (c.rank + d) % c.ranks;
     detail::chunk_subtiles<Cfg>(c, j, [&](size_t s, size_t first, int valid) {
-      stages::gather(c.gathered + j * c.slot_bytes + slot_header::bytes + s * Cfg::sub_bytes, out, first, valid,
+      stages::gather(c.gathered + j * c.slot_bytes + slot_header::bytes + s * Cfg::sub_bytes, {out, nullptr}, first, valid,
                      threadIdx.x & 31);
     });
   }
