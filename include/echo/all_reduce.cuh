@@ -19,6 +19,7 @@
 
 #include "chain.cuh"
 #include "collective/config.cuh"
+#include "collective/operation.cuh"
 #include "communicator.cuh"
 #include "comp/error_feedback.cuh"
 #include "comp/none.cuh"
@@ -54,13 +55,21 @@ namespace echo {
 /// Stands in for the chain argument when the compensator keeps no state.
 struct no_chain {};
 
+/// Ops: what the object serves besides the all-reduce (collective/operation.cuh): all_reduce_only,
+/// or with_sequence_parallel (reduce_scatter and all_gather; echo::sequence_parallel names it).
 template <class Quant, class Transport = transport::cuda_ipc::tag, class Comp = comp::none,
-          class Policy = tuning::default_policy>
+          class Policy = tuning::default_policy, class Ops = collective::all_reduce_only>
 class all_reduce {
   static_assert(quant::check_quantizer<Quant>::value && comp::check_compensator<Comp, Quant>::value);
-  static_assert(transport::is_transport_for<Transport, collective::config<Quant, Comp, Policy>>::value,
+  static_assert(collective::is_operation_set<Ops>::value,
+                "echo::all_reduce: Ops must be collective::all_reduce_only or collective::with_sequence_parallel");
+  static_assert(!Ops::sequence_parallel || std::is_same<Transport, echo::transport::cuda_ipc::tag>::value,
+                "echo::sequence_parallel: reduce_scatter and all_gather run on transport::cuda_ipc (transport::nccl's "
+                "staged kernels serve the all-reduce alone)");
+  using config_type = collective::config<Quant, Comp, Policy, Ops>;
+  static_assert(transport::is_transport_for<Transport, config_type>::value,
                 "echo::all_reduce: Transport is not a transport: it needs name and engine<Config> (transport/traits.cuh)");
-  using engine_type = typename Transport::template engine<collective::config<Quant, Comp, Policy>>;
+  using engine_type = typename Transport::template engine<config_type>;
 
  public:
   using quantizer = Quant;
@@ -174,6 +183,48 @@ class all_reduce {
     });
   }
 
+  /// The sequence-parallel reduce-scatter (reference/reduce_scatter.cuh): out = this rank's
+  /// segment of the sum over ranks of in (n values; rank r's segment is [r m, (r + 1) m) of the
+  /// message, m = n / P, the layout in which Megatron-LM shards the sequence), each value quantized
+  /// once on its way to its owner and the owner's sum rounded once to T. With a compensator the
+  /// chain keeps the send errors (the own segment's are zero). n: P segments of whole quantizer
+  /// groups. Below the dispatch size, where a segment is whole granules of 256, the 16-bit path
+  /// (quant::none) takes it, as it takes an all-reduce. cuda_ipc. Never throws.
+  template <class T>
+  status reduce_scatter(const T* in, T* out, size_t n, cudaStream_t stream, chain_type* ch = nullptr) {
+    if constexpr (Comp::keeps_state) {
+      if (const char* why = chain_error(ch, n)) return fail(why);
+      const status s = scatter(in, out, n, stream, ch->view());
+      if (s == status::success) ch->clear_pending();
+      return s;
+    } else {
+      (void)ch;
+      return scatter(in, out, n, stream, view_type{});
+    }
+  }
+  template <class T>
+  status reduce_scatter(const T* in, T* out, size_t n, cudaStream_t stream, view_type state) {
+    return scatter(in, out, n, stream, state);
+  }
+  status reduce_scatter(dtype t, const void* in, void* out, size_t n, cudaStream_t stream, view_type state = {}) {
+    return typed(t, in, out, [&](const auto* i, auto* o) { return scatter(i, o, n, stream, state); });
+  }
+
+  /// The sequence-parallel all-gather (reference/all_gather.cuh): in = this rank's m values, out =
+  /// the P segments (P m values, rank r's at [r m, (r + 1) m)), each sent as its owner's one code
+  /// and decoded on every rank, the owner's own included, so every rank holds the same bits. No
+  /// chain: what it injects is not added back into the stream it came from. m: whole quantizer
+  /// groups; the 16-bit path below the dispatch size as for reduce_scatter. cuda_ipc. Never throws.
+  template <class T>
+  status all_gather(const T* in, T* out, size_t m, cudaStream_t stream) {
+    const size_t P = static_cast<size_t>(comm_.size());
+    if (m > max_elements_ / P) return fail("m: P m above max_elements");
+    return submit_segments(collective::operation::all_gather, in, out, m * P, stream, view_type{});
+  }
+  status all_gather(dtype t, const void* in, void* out, size_t m, cudaStream_t stream) {
+    return typed(t, in, out, [&](const auto* i, auto* o) { return all_gather(i, o, m, stream); });
+  }
+
   /// The deferred half of a state_update::deferred call: same in (unchanged since), n and chain.
   /// Touches only this rank's state (no peer), so it may run on a side stream beside other work,
   /// ordered before the chain's next call. Without a pending deferred call it changes nothing
@@ -274,9 +325,7 @@ class all_reduce {
   status chained(const T* in, T* out, size_t n, cudaStream_t stream, chain_type* ch, state_update mode, chain_call end,
                  const Epi& epi) {
     if constexpr (Comp::keeps_state) {
-      if (!ch) return fail("chain: this compensator needs a chain (echo::chain or a chain_view)");
-      if (ch->update_pending()) return fail("chain: the last call on it was deferred and its update() has not run");
-      if (ch->capacity() < n) return fail("chain: capacity below n");
+      if (const char* why = chain_error(ch, n)) return fail(why);
       const status s = submit(in, out, n, stream, ch->view(), mode, end, epi);
       if (s == status::success) {
         if (mode == state_update::deferred) ch->mark_pending(n, element_traits<storage_of_t<T>>::tag);
@@ -333,6 +382,74 @@ class all_reduce {
     }
   }
 
+  template <class T>
+  status scatter(const T* in, T* out, size_t n, cudaStream_t stream, view_type state) {
+    static_assert(!comp::stores_in_data_steps<Comp>::value,
+                  "echo::all_reduce::reduce_scatter: the owner's segment, never quantized, keeps no error, so a state "
+                  "stored in units of the data group's step (step8_state, step4_state) has no step there: use int8_state, "
+                  "int4_state, bfloat16_t or float");
+    return submit_segments(collective::operation::reduce_scatter, in, out, n, stream, state);
+  }
+
+  /// What is wrong with an echo::chain for a call of n (null: nothing).
+  const char* chain_error(const chain_type* ch, size_t n) const {
+    if (!ch) return "chain: this compensator needs a chain (echo::chain or a chain_view)";
+    if (ch->update_pending()) return "chain: the last call on it was deferred and its update() has not run";
+    if (ch->capacity() < n) return "chain: capacity below n";
+    return nullptr;
+  }
+
+  /// A reduce-scatter or all-gather of a message of n values (collective/operation.cuh).
+  template <class T>
+  status submit_segments(collective::operation op, const T* in_t, T* out_t, size_t n, cudaStream_t stream,
+                         view_type state) {
+    using E = storage_of_t<T>;
+    static_assert(is_element<E>::value, "echo::all_reduce: unsupported element type");
+    static_assert(Ops::sequence_parallel,
+                  "echo::all_reduce: reduce_scatter and all_gather need an object that serves them: "
+                  "echo::sequence_parallel<Quant, transport::cuda_ipc::tag, Comp> (their kernels are built and loaded "
+                  "with the object)");
+    const bool scatter = op == collective::operation::reduce_scatter;
+    const auto* in = reinterpret_cast<const E*>(in_t);
+    auto* out = reinterpret_cast<E*>(out_t);
+    if (poisoned()) return poisoned_status();
+    if (n == 0) return status::success;
+    if (n > max_elements_) return fail("n: above max_elements");
+    const size_t P = static_cast<size_t>(comm_.size()), m = n / P;
+    if (n % P != 0) return fail("n: not P equal segments (n % P != 0)");
+    if (m % detail::granule_of<Quant>() != 0) return fail("n: a segment (n / P) is not a whole number of the quantizer's groups");
+    if (const char* why = check_pointer(in, in_errors)) return fail(why);
+    if (const char* why = check_pointer(out, out_errors)) return fail(why);
+    const size_t in_bytes = (scatter ? n : m) * sizeof(E), out_bytes = (scatter ? m : n) * sizeof(E);
+    auto overlap = [](const void* a, size_t na, const void* b, size_t nb) {
+      const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+      return x < y + nb && y < x + na;
+    };
+    if (overlap(in, in_bytes, out, out_bytes)) return fail("in, out: overlap (reduce_scatter and all_gather take neither in place)");
+    unsigned char* chain_state = nullptr;  // the all-gather keeps none
+    if constexpr (Comp::keeps_state) {
+      if (scatter) {
+        if (const char* why = check_state(state, n)) return fail(why);
+        const size_t sb = Comp::state_bytes(n);
+        if (overlap(state.data(), sb, in, in_bytes) || overlap(state.data(), sb, out, out_bytes))
+          return fail("chain: state overlaps in or out");
+        chain_state = state.data();
+      }
+    }
+    detail::device_guard g(comm_.device());
+    if (P == 1) {
+      if (cudaMemcpyAsync(out, in, n * sizeof(E), cudaMemcpyDefault, stream) != cudaSuccess)
+        return cuda_failed("cudaMemcpyAsync (P = 1: out = in)");
+      return status::success;
+    }
+    // The 16-bit path cuts the message into granules of 256: only where that gives the same segments.
+    const bool unquantized = n * sizeof(E) < unquantized_below_ && m % detail::granule_of<quant::none>() == 0;
+    collective::call_args<E> c{in, out, n, chain_state, state_update::fused, 0, is_capturing(stream),
+                               false, {}, op};
+    c.sig = call_signature<E>(n, unquantized, false, c.epilogue, op);
+    return dispatch(c, stream, unquantized);
+  }
+
   template <class T, class Epi>
   status submit(const T* in_t, T* out_t, size_t n, cudaStream_t stream, view_type state, state_update mode,
                 chain_call end, const Epi& epi) {
@@ -366,21 +483,26 @@ class all_reduce {
         return cuda_failed("the epilogue's launch (P = 1)");
       return status::success;
     }
-    const bool capturing = is_capturing(stream);
-    if (!capturing && last_stream_ != stream && calls_ > 0 && cudaStreamWaitEvent(stream, done_, 0) != cudaSuccess)
-      return cuda_failed("cudaStreamWaitEvent (ordering the call after the last one, made on another stream)");
     const bool unquantized = bytes < unquantized_below_;
     collective::call_args<E> c{in,       out,    n,  Comp::keeps_state ? state.data() : nullptr, mode,
-                          call_signature<E>(n, unquantized, closes, job), capturing, closes, job};
+                          call_signature<E>(n, unquantized, closes, job), is_capturing(stream), closes, job};
+    return dispatch(c, stream, unquantized);
+  }
+
+  /// A checked call to its engine, ordered after the object's last call (made on another stream).
+  template <class E>
+  status dispatch(const collective::call_args<E>& c, cudaStream_t stream, bool unquantized) {
+    if (!c.capturing && last_stream_ != stream && calls_ > 0 && cudaStreamWaitEvent(stream, done_, 0) != cudaSuccess)
+      return cuda_failed("cudaStreamWaitEvent (ordering the call after the last one, made on another stream)");
     status s = status::success;
     if (unquantized) s = engine_->run_unquantized(c, stream);
-    else if (closes) s = engine_->template run_closing<closing_quantizer>(c, stream);
+    else if (c.closes) s = engine_->template run_closing<closing_quantizer>(c, stream);
     else s = engine_->template run<Quant>(c, stream);
     if (s != status::success) {
       error_ = engine_->last_error();
       return s;
     }
-    if (!capturing) {
+    if (!c.capturing) {
       if (cudaEventRecord(done_, stream) != cudaSuccess) return cuda_failed("cudaEventRecord (the call's completion)");
       last_stream_ = stream;
       ++calls_;
@@ -390,11 +512,13 @@ class all_reduce {
 
   /// Signature of a call: what every rank must agree on (the transport adds its plan).
   template <class E>
-  uint32_t call_signature(size_t n, bool unquantized, bool closes, const epilogue::job<E>& job) const {
+  uint32_t call_signature(size_t n, bool unquantized, bool closes, const epilogue::job<E>& job,
+                          collective::operation op = collective::operation::all_reduce) const {
     uint32_t eps = 0;
     std::memcpy(&eps, &job.epsilon, sizeof eps);
     return detail::signature()
         .add(n)
+        .add(static_cast<uint64_t>(op))
         .add(static_cast<uint64_t>(element_traits<E>::tag))
         .add(unquantized ? 0u : closes ? 2u : 1u)
         .add(static_cast<uint64_t>(job.what))

@@ -21,7 +21,7 @@
 
 namespace echo {
 
-template <class Quant, class Transport, class Comp, class Policy>
+template <class Quant, class Transport, class Comp, class Policy, class Ops>
 class all_reduce;
 
 /// A non-owning view of a chain's state in caller memory (e.g. a torch uint8 tensor of
@@ -106,7 +106,7 @@ class chain {
   // echo::all_reduce keeps the deferred call it awaits an update() for, so that it reports misuse
   // (an update of another n or type, a call before the update) synchronously; the device guards
   // the state regardless (comp::state_header).
-  template <class, class, class, class>
+  template <class, class, class, class, class>
   friend class all_reduce;
   void mark_pending(size_t n, dtype t) {
     pending_ = true;

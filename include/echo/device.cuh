@@ -6,6 +6,7 @@
 #include "communicator.cuh"
 #include "defaults.cuh"
 #include "options.cuh"
+#include "sequence_parallel.cuh"
 #include "transport/cuda_ipc/tag.cuh"
 #include "transport/nccl/tag.cuh"
 #include "tuning/dispatch_table.cuh"

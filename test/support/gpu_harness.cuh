@@ -277,10 +277,14 @@ bool runnable() {
 }
 
 /// Device outputs against echo::reference, call after call, on one chain per side.
-template <class Q, class C, class T, class Transport = echo::transport::cuda_ipc::tag>
+template <class Q, class C, class T, class Transport = echo::transport::cuda_ipc::tag,
+          class Ops = echo::collective::all_reduce_only>
 class reference_check {
  public:
-  using AR = echo::all_reduce<Q, Transport, C>;
+  using AR = echo::all_reduce<Q, Transport, C, echo::tuning::default_policy, Ops>;
+  using quantizer = Q;
+  using compensator = C;
+  using element = T;
   using chain_t = typename AR::chain_type;
 
   /// The size dispatch would send small calls down the unquantized path; a check of Q forces Q

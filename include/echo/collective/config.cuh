@@ -5,16 +5,18 @@
 #include "../epilogue/residual_rms_norm.cuh"
 #include "../options.cuh"
 #include "../quant/none.cuh"
+#include "operation.cuh"
 
 namespace echo::collective {
 
 /// The policies of an echo::all_reduce object. A call runs either Quant or, below the dispatch
-/// size, quant::none; the element type is the call's.
-template <class Quant, class Comp, class Policy>
+/// size, quant::none; the element type is the call's. Ops: what it serves (operation.cuh).
+template <class Quant, class Comp, class Policy, class Ops = all_reduce_only>
 struct config {
   using quant = Quant;
   using comp = Comp;
   using policy = Policy;
+  using ops = Ops;
 };
 
 /// One call as the engine sees it (arguments already checked by echo::all_reduce).
@@ -29,6 +31,7 @@ struct call_args {
   bool capturing = false;  ///< the stream is capturing a CUDA graph (launches take no programmatic attribute)
   bool closes = false;     ///< the call closes its chain: stored errors added, none kept, the chain left fresh
   epilogue::job<T> epilogue{};  ///< what follows the all-reduce on out (checked; kind::none: nothing)
+  operation op = operation::all_reduce;  ///< n is the whole message's either way
 };
 
 }  // namespace echo::collective

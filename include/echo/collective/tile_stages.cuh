@@ -78,16 +78,20 @@ struct tile_stages {
   static constexpr int prefetch = Cfg::policy::prefetch;
 
   /// Ask L2 for the input (x, and the stored errors of an active chain) of elements [b, b + count).
-  __device__ __forceinline__ static void prefetch_inputs(const T* in, const state_ref& st, size_t b, size_t count) {
-    echo::detail::prefetch_l2(in + b, static_cast<uint32_t>(count * sizeof(T)) & ~15u);
+  __device__ __forceinline__ static void prefetch_inputs(const T* in, const state_ref& st, size_t b, size_t count,
+                                                         size_t in_begin = 0) {
+    echo::detail::prefetch_l2(in + (b - in_begin), static_cast<uint32_t>(count * sizeof(T)) & ~15u);
     if constexpr (keeps) {
       if (st.active) storage::prefetch(st.data, st.n, b, count);
     }
   }
 
-  __device__ __forceinline__ static operands fetch(const T* in, const state_ref& st, size_t first, int valid) {
+  /// The operands of the lane at message index `first`; in holds the message from index in_begin
+  /// on (0, or the own segment's first index where in is the segment alone: the all-gather).
+  __device__ __forceinline__ static operands fetch(const T* in, const state_ref& st, size_t first, int valid,
+                                                   size_t in_begin = 0) {
     operands o;
-    o.x = echo::detail::load_raw<T, V>(in + first, valid);
+    o.x = echo::detail::load_raw<T, V>(in + (first - in_begin), valid);
     if constexpr (keeps) o.c = storage::template load<V>(st.data, st.n, first, st.active ? valid : 0);
     return o;
   }
@@ -191,16 +195,12 @@ struct tile_stages {
     int ranks;
   };
 
-  /// B (reduce the own segment): S = the sum over ranks 0..P-1 in that order, in fp32, of the own
-  /// x' (never quantized) and the receipts recv(i) (a packet pointer of sender i); quantize S
-  /// once; write the own output (to `to`) and keep e = S - out. Returns the packet of S for every
-  /// peer.
+  /// S = the sum over ranks 0..P-1 in that order, in fp32, of the own x' (never quantized) and
+  /// the receipts recv(i) (a packet pointer of sender i).
   template <class Recv>
-  __device__ __forceinline__ static packed reduce(const operands& own, const state_ref& st, const epilogue::destination<T>& to, size_t first,
-                                                  int valid, rank_place at, Recv&& recv) {
+  __device__ __forceinline__ static void owner_sum(const operands& own, const state_ref& st, bool whole, rank_place at,
+                                                   Recv&& recv, float (&acc)[V]) {
     const int me = at.me, P = at.ranks, lane = threadIdx.x & 31;
-    const bool whole = transform::whole(valid, lane);
-    float acc[V];
     if (me == 0) {
       entry(own, st, acc, whole, lane);
     } else {
@@ -213,6 +213,48 @@ struct tile_stages {
 #pragma unroll
       for (int v = 0; v < V; ++v) acc[v] = echo::detail::add_rn(acc[v], term[v]);
     }
+  }
+
+  /// B of the reduce-scatter: S as in reduce, written (transformed back) to out_at, the lane's
+  /// values of the rank's output, rounded once to T: each value went through one quantization,
+  /// on its way to the owner. The own segment keeps no error: zeros where the chain keeps them
+  /// (a storage in units of the data step has no step here; the host refuses it).
+  template <class Recv>
+  __device__ __forceinline__ static void reduce_scatter(const operands& own, const state_ref& st, T* out_at, size_t first,
+                                                        int valid, rank_place at, Recv&& recv) {
+    const int lane = threadIdx.x & 31;
+    const bool whole = transform::whole(valid, lane);
+    float acc[V];
+    owner_sum(own, st, whole, at, recv, acc);
+    if constexpr (rotates) {
+      if (whole) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[v] = echo::detail::mul_rn(acc[v], transform::H::inv_size);
+      }
+      transform::inverse_scaled(acc, lane, whole);
+    }
+    echo::detail::store_floats<T, V>(out_at, valid, acc);
+    if constexpr (keeps && !storage::data_step) {
+      if (st.keep_own) {
+        float zero[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) zero[v] = 0.0f;
+        storage::template store<V>(st.data, st.n, first, valid, zero);
+      }
+    }
+  }
+
+  /// B (reduce the own segment): S = the sum over ranks 0..P-1 in that order, in fp32, of the own
+  /// x' (never quantized) and the receipts recv(i) (a packet pointer of sender i); quantize S
+  /// once; write the own output (to `to`) and keep e = S - out. Returns the packet of S for every
+  /// peer.
+  template <class Recv>
+  __device__ __forceinline__ static packed reduce(const operands& own, const state_ref& st, const epilogue::destination<T>& to, size_t first,
+                                                  int valid, rank_place at, Recv&& recv) {
+    const int lane = threadIdx.x & 31;
+    const bool whole = transform::whole(valid, lane);
+    float acc[V];
+    owner_sum(own, st, whole, at, recv, acc);
     float dq[V];
     quant::group_params p{};
     bool fits = false;
@@ -276,7 +318,7 @@ __device__ __forceinline__ int valid_count(size_t first, size_t end, int V) {
 /// sub-tiles 1..D) before sub-tile u's loads, so they find it there; a hint, results unchanged.
 template <class Stages, class T, class F>
 __device__ __forceinline__ void over_subtiles(const T* in, const state_ref& st, size_t first, size_t end, int subs,
-                                              size_t sub_elems, F&& f) {
+                                              size_t sub_elems, F&& f, size_t in_begin = 0) {
   constexpr int D = Stages::prefetch;
   for (int u = 0; u < subs; ++u, first += sub_elems) {
     if constexpr (D > 0) {
@@ -284,11 +326,11 @@ __device__ __forceinline__ void over_subtiles(const T* in, const state_ref& st, 
         const int ahead = u == 0 ? 1 : D;  // first sub-tile to ask for
         const int count = u == 0 ? min(D, subs - 1) : (u + D < subs ? 1 : 0);
         const size_t b = first + ahead * sub_elems;
-        if (count > 0 && b < end) Stages::prefetch_inputs(in, st, b, min(end - b, count * sub_elems));
+        if (count > 0 && b < end) Stages::prefetch_inputs(in, st, b, min(end - b, count * sub_elems), in_begin);
       }
     }
     const int valid = valid_count(first, end, Stages::V);
-    f(Stages::fetch(in, st, first, valid), first, valid, u);
+    f(Stages::fetch(in, st, first, valid, in_begin), first, valid, u);
   }
 }
 

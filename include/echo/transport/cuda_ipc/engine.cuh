@@ -165,12 +165,13 @@ class engine {
     return run_under_tier<Q>(c, stream);
   }
 
-  /// Below the dispatch size: the one-shot kernel up to oneshot_bytes, else quant::none through
-  /// the pipeline (which, with a compensator, continues the chain: it keeps the rounding errors).
+  /// Below the dispatch size: the one-shot kernel up to oneshot_bytes (an all-reduce), else
+  /// quant::none through the pipeline (which, with a compensator, continues the chain: it keeps the
+  /// rounding errors).
   template <class T>
   status run_unquantized(const collective::call_args<T>& c, cudaStream_t stream) {
     if (const status s = claim_stream(stream); s != status::success) return s;
-    if (c.n * sizeof(T) <= layout_.oneshot_bytes) {
+    if (c.op == collective::operation::all_reduce && c.n * sizeof(T) <= layout_.oneshot_bytes) {
       last_wide_ = last_mid_ = false;
       return run_oneshot(c, stream);
     }
@@ -183,7 +184,7 @@ class engine {
   status run_closing(const collective::call_args<T>& c, cudaStream_t stream) {
     if (const status s = claim_stream(stream); s != status::success) return s;
     last_wide_ = last_mid_ = false;
-    const plan p = make_plan<Policy, Q, T>(c.n);
+    const plan p = make_plan<Policy, Q, T>(c.n, c.op);
     if (p.why) return fail(p.why);
     return launch<Policy, Q, T>(c, p, stream);
   }
@@ -223,7 +224,7 @@ class engine {
     last_wide_ = last_mid_ = false;
     if constexpr (has_wide<Q>) {
       if (tier_for<Q>(bytes) == tier::wide) {
-        const plan w = make_plan<Wide<Q>, Q, T>(c.n);
+        const plan w = make_plan<Wide<Q>, Q, T>(c.n, c.op);
         last_wide_ = !w.why;
         if (!w.why) return launch<Wide<Q>, Q, T>(c, w, stream);
       }
@@ -233,12 +234,12 @@ class engine {
         // Ranks sharing a context need one launch a call (one_launch_ring_bytes sizes their
         // rings for it); should a phase-schedule mid plan need several rounds there, Policy
         // takes the call.
-        const plan m = make_plan<Mid<Q>, Q, T>(c.n);
+        const plan m = make_plan<Mid<Q>, Q, T>(c.n, c.op);
         last_mid_ = !m.why && (!colocated_ || Mid<Q>::stage_lag > 0 || m.tiles0 <= m.ring);
         if (last_mid_) return launch<Mid<Q>, Q, T>(c, m, stream);
       }
     }
-    const plan p = make_plan<Policy, Q, T>(c.n);
+    const plan p = make_plan<Policy, Q, T>(c.n, c.op);
     if (p.why) return fail(p.why);
     return launch<Policy, Q, T>(c, p, stream);
   }
@@ -404,11 +405,36 @@ class engine {
     return subs * Cfg::sub_bytes;
   }
 
+  /// The pipeline kernel of an operation, as a type (with_kernel's argument).
+  template <auto K>
+  struct kernel_tag {
+    static constexpr auto value = K;
+  };
+  /// f(kernel_tag<the pipeline kernel of Cfg for op>): the pair's kernels exist only where the
+  /// object serves them.
+  template <class Cfg, class F>
+  static decltype(auto) with_kernel(collective::operation op, F&& f) {
+    using collective::operation;
+    if constexpr (Config::ops::sequence_parallel) {
+      if (op == operation::reduce_scatter) return f(kernel_tag<pipeline_kernel<Cfg, operation::reduce_scatter>>{});
+      if (op == operation::all_gather) return f(kernel_tag<pipeline_kernel<Cfg, operation::all_gather>>{});
+    }
+    return f(kernel_tag<pipeline_kernel<Cfg>>{});
+  }
+
   template <class Pol, class Q, class T>
   void preload_kernel() const {
-    constexpr auto kernel = pipeline_kernel<collective::tile_config<Q, T, Comp, Pol>>;
-    echo::detail::preload_kernels(kernel);
-    (void)max_grid<Pol, kernel>();  // its occupancy query too
+    using Cfg = collective::tile_config<Q, T, Comp, Pol>;
+    auto load = [&](auto k) {
+      echo::detail::preload_kernels(decltype(k)::value);
+      (void)max_grid<Pol, decltype(k)::value>();  // its occupancy query too
+      return 0;
+    };
+    load(kernel_tag<pipeline_kernel<Cfg>>{});
+    if constexpr (Config::ops::sequence_parallel) {
+      load(kernel_tag<pipeline_kernel<Cfg, collective::operation::reduce_scatter>>{});
+      load(kernel_tag<pipeline_kernel<Cfg, collective::operation::all_gather>>{});
+    }
   }
 
   template <class T>
@@ -426,14 +452,14 @@ class engine {
   /// How a call of n values is cut under policy Pol (cuda_ipc::make_plan over this object's
   /// ring and flag region and the resident grid of this GPU model).
   template <class Pol, class Q, class T>
-  plan make_plan(size_t n) const {
+  plan make_plan(size_t n, collective::operation op) const {
     using Cfg = collective::tile_config<Q, T, Comp, Pol>;
-    constexpr auto kernel = pipeline_kernel<Cfg>;
     plan_inputs in;
     const size_t seg0 = echo::detail::partition{n, echo::detail::granule_of<Q>(), comm_.size()}.size(0);
     in.subs0 = echo::detail::ceil_div(seg0, Cfg::sub_elems);
     in.block_warps = Cfg::warps;
-    in.resident = static_cast<size_t>(max_grid<Pol, kernel>()) * Cfg::warps;
+    in.resident = with_kernel<Cfg>(op, [&](auto k) { return static_cast<size_t>(max_grid<Pol, decltype(k)::value>()); }) *
+                  Cfg::warps;
     in.u_max = std::max<size_t>(1, Pol::flag_elems / Cfg::sub_elems);
     in.flag_tiles = layout_.flag_tiles;
     in.ring_bytes = layout_.ring_bytes;
@@ -446,7 +472,6 @@ class engine {
   template <class Pol, class Q, class T>
   status launch(const collective::call_args<T>& c, const plan& pl, cudaStream_t stream) {
     using Cfg = collective::tile_config<Q, T, Comp, Pol>;
-    constexpr auto kernel = pipeline_kernel<Cfg>;
     pipeline_params<T> p{};
     p.in = c.in;
     p.out = c.out;
@@ -475,18 +500,23 @@ class engine {
     p.rows_in_kernel = c.n * sizeof(T) < epilogue_launch_from_;
     p.layout = layout_;
     p.channel = channel();
-    // Programmatic launches (detail/dependent_launch.cuh) only for kernels built with the wait,
-    // and not into a graph being captured (the plain edge is what every GPU's capture supports).
-    const bool programmatic = !c.capturing && echo::detail::waits_for_prior_grid<kernel>();
-    // One launch (overlapped), or one a round of `ring` tiles: every rank makes the same rounds.
-    const size_t per_launch = Pol::stage_lag > 0 ? pl.tiles0 : pl.ring;
-    for (size_t t0 = 0; t0 < pl.tiles0; t0 += per_launch) {
-      p.t_begin = t0;
-      p.t_end = std::min(pl.tiles0, t0 + per_launch);
-      p.last = p.t_end == pl.tiles0;
-      if (echo::detail::launch_dependent(kernel, pl.grid, Cfg::threads, stream, programmatic, p) != cudaSuccess)
-        return launch_failed();
-    }
+    const status s = with_kernel<Cfg>(c.op, [&](auto k) {
+      constexpr auto kernel = decltype(k)::value;
+      // Programmatic launches (detail/dependent_launch.cuh) only for kernels built with the wait,
+      // and not into a graph being captured (the plain edge is what every GPU's capture supports).
+      const bool programmatic = !c.capturing && echo::detail::waits_for_prior_grid<kernel>();
+      // One launch (overlapped), or one a round of `ring` tiles: every rank makes the same rounds.
+      const size_t per_launch = Pol::stage_lag > 0 ? pl.tiles0 : pl.ring;
+      for (size_t t0 = 0; t0 < pl.tiles0; t0 += per_launch) {
+        p.t_begin = t0;
+        p.t_end = std::min(pl.tiles0, t0 + per_launch);
+        p.last = p.t_end == pl.tiles0;
+        if (echo::detail::launch_dependent(kernel, pl.grid, Cfg::threads, stream, programmatic, p) != cudaSuccess)
+          return launch_failed();
+      }
+      return status::success;
+    });
+    if (s != status::success) return s;
     if (c.epilogue.active() && !p.rows_in_kernel) {
       // The rows on the whole GPU, after the pipeline added the all-reduce into the residual. The
       // collective is complete: a failed launch leaves the object usable.

@@ -9,6 +9,12 @@
 //                                           rank order, quantize once, push to every peer, publish)
 //                 C. gather  tile t_(m-2L)  of every other segment (wait, dequantize, write out)
 // (L = Policy::stage_lag, 1 by default.)
+// The sequence-parallel halves (collective/operation.cuh) run the same stages and flags, some of
+// them without data, so that the flow control below holds for them unchanged: the
+// reduce-scatter's B writes the owner's sum S to its output and publishes no packet, and its C
+// only waits (the owner has read its receipts of the tile); the all-gather's A only publishes
+// (the rank has gathered the ring slots the owner will write), and its B quantizes the owner's
+// own segment alone.
 // Data moves through rings of R tile slots per peer (tile t in slot t mod R), whose size the
 // workspace fixes; flags are indexed by tile in a fixed region (workspace_layout.cuh),
 // so a flag never changes role. Flow control needs no extra flag: when the message has more tiles
@@ -24,6 +30,7 @@
 // through the spin limit, a mismatched call through the signature carried in every flag.
 #pragma once
 
+#include "../../collective/operation.cuh"
 #include "../../collective/tile_stages.cuh"
 #include "../../detail/ceil_div.cuh"
 #include "../../detail/dependent_launch.cuh"
@@ -61,7 +68,9 @@ struct pipeline_params {
   peer_channel channel;
 };
 
-template <class Cfg>
+/// Op: what the call computes (collective/operation.cuh). reduce_scatter: out holds the own
+/// segment alone; all_gather: in does.
+template <class Cfg, collective::operation Op = collective::operation::all_reduce>
 __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
     pipeline_kernel(const pipeline_params<typename Cfg::element> p) {
   using T = typename Cfg::element;
@@ -94,6 +103,9 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   unsigned char* const* const peer = channel.peer;
   const workspace_layout& L = p.layout;
   const epilogue::destination<T> to{p.out, p.epilogue.active() ? p.epilogue.residual : nullptr};
+  constexpr bool scatters = Op == collective::operation::reduce_scatter;
+  constexpr bool gathers_only = Op == collective::operation::all_gather;
+  using rank_place = typename stages::rank_place;
   const echo::detail::partition_quotients part{p.n, p.granule, P};
   const tile_index tiles0 = static_cast<tile_index>(echo::detail::ceil_div(part.size(0), tile_elems));  // segment 0 is the longest
   wait_result why = wait_result::ok;
@@ -106,6 +118,10 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       const int j = (me + d) % P;
       const size_t b = part.begin(j), len = part.size(j);
       if (t * tile_elems >= len) continue;
+      if constexpr (gathers_only) {  // no data: this rank's gather slots of tile t are free for j
+        if (lane == 0) ch.signal(j, L.recv_flag(me, t));
+        continue;
+      }
       const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
       unsigned char* const slot = peer[j] + L.recv_slot(me, t % static_cast<tile_index>(p.ring), tile_bytes);
       over_subtiles<stages>(p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs,
@@ -129,15 +145,38 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       }
     const int subs = static_cast<int>(min(static_cast<size_t>(U), echo::detail::ceil_div(len - t * tile_elems, sub_elems)));
     const size_t slot = t % static_cast<tile_index>(p.ring);
-    over_subtiles<stages>(
-        p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs, sub_elems,
-        [&](const auto& ops, size_t first, int valid, int u) {
-          const auto r = stages::reduce(ops, st, to, first, valid, {me, P}, [&](int i) {
-            return static_cast<const unsigned char*>(local + L.recv_slot(i, slot, tile_bytes) + u * sub_bytes);
+    const size_t first0 = b + t * tile_elems + static_cast<size_t>(lane) * V;
+    auto receipt = [&](int u) {
+      return [&, u](int i) {
+        return static_cast<const unsigned char*>(local + L.recv_slot(i, slot, tile_bytes) + u * sub_bytes);
+      };
+    };
+    if constexpr (scatters) {
+      over_subtiles<stages>(p.in, st, first0, b + len, subs, sub_elems, [&](const auto& ops, size_t first, int valid, int u) {
+        stages::reduce_scatter(ops, st, p.out + (first - b), first, valid, {me, P}, receipt(u));
+      });
+    } else if constexpr (gathers_only) {
+      // the owner's segment alone (no receipts, no chain), from its own input (in[0] is value b)
+      const state_ref none{nullptr, p.n, false, false};
+      over_subtiles<stages>(
+          p.in, none, first0, b + len, subs, sub_elems,
+          [&](const auto& ops, size_t first, int valid, int u) {
+            const auto r = stages::reduce(ops, none, to, first, valid, rank_place{0, 1}, receipt(u));
+            for (int d = 1; d < P; ++d)
+              Cfg::codec::store(peer[(me + d) % P] + L.gather_slot(me, slot, tile_bytes) + u * sub_bytes, r, lane, valid);
+          },
+          b);
+    } else {
+      over_subtiles<stages>(
+          p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs, sub_elems,
+          [&](const auto& ops, size_t first, int valid, int u) {
+            const auto r = stages::reduce(ops, st, to, first, valid, {me, P}, [&](int i) {
+              return static_cast<const unsigned char*>(local + L.recv_slot(i, slot, tile_bytes) + u * sub_bytes);
+            });
+            for (int d = 1; d < P; ++d)
+              Cfg::codec::store(peer[(me + d) % P] + L.gather_slot(me, slot, tile_bytes) + u * sub_bytes, r, lane, valid);
           });
-          for (int d = 1; d < P; ++d)
-            Cfg::codec::store(peer[(me + d) % P] + L.gather_slot(me, slot, tile_bytes) + u * sub_bytes, r, lane, valid);
-        });
+    }
     __syncwarp();
     if (lane == 0)
       for (int d = 1; d < P; ++d) ch.signal((me + d) % P, L.gather_flag(me, t));
@@ -151,6 +190,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       if (t * tile_elems >= len) continue;
       const wait_result w = ch.warp_wait(L.gather_flag(j, t), lane);
       if (w != wait_result::ok) return w;
+      if constexpr (scatters) continue;  // no data: j has read its receipts of tile t
       const unsigned char* const slot = local + L.gather_slot(j, t % static_cast<tile_index>(p.ring), tile_bytes);
       for (int u = 0; u < U && t * tile_elems + u * sub_elems < len; ++u) {
         const size_t first = b + t * tile_elems + u * sub_elems + static_cast<size_t>(lane) * V;
@@ -185,7 +225,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
   // Rows cross tiles and segments: the rows start once every block has added its part into the
   // residual. One chunk in flight a lane: more raised this kernel's registers and spills, which
   // calls without an epilogue pay too (epilogue/rows.cuh, chunks_in_flight).
-  if (p.last && p.epilogue.active() && p.rows_in_kernel && channel.grid_sync())
+  if (Op == collective::operation::all_reduce && p.last && p.epilogue.active() && p.rows_in_kernel && channel.grid_sync())
     epilogue::apply_rows<T, 1, epilogue::sum_at::residual>(p.epilogue, p.out, p.n);
 
   // The chain's tag changes with the call's last launch only (every launch of a call reads it).
