@@ -2,15 +2,16 @@
 // command line accepts, read off the registry.
 #include "reducer.hpp"
 
-// make_in_shard_<i> of every shard, and `shards`, an array of them: generated.
-#include "sim_shards.inc"
+// make_in_shard_<i> of every shard, and make_in_shard_shards, an array of them: generated
+// (cmake/echo-shards.cmake).
+#include "shards.inc"
 
 #include <algorithm>
 
 namespace echo_sim {
 
 std::unique_ptr<reducer> make_reducer(const request& r) {
-  for (auto make : shards)
+  for (auto make : make_in_shard_shards)
     if (auto p = make(r)) return p;
   std::string what = "echo-sim: no compiled reducer for --quant " + r.quant;
   if (r.quant != "none") what += " --bits " + std::to_string(r.bits) + " --group " + std::to_string(r.group);

@@ -108,7 +108,5 @@ void add_shard(std::vector<entry>& table) {
   });
 }
 
-/// Every shard's entries (defined by the generated shards.inc), in registry order.
-void add_shards(std::vector<entry>& table);
 
 }  // namespace echo_py::ref

@@ -32,11 +32,12 @@ foreach(lib torch torch_cpu torch_cuda c10 c10_cuda)
 endforeach()
 
 # The table (src/torch/table.cpp) over echo/registry.cuh's entries marked tool::torch (cuda_ipc)
-# and tool::torch_nccl, split into generated translation units (python/CMakeLists.txt's
-# echo_py_shards): a shard holds about one quantizer's all_reduce with every compensator, some 5
+# and tool::torch_nccl, split into generated translation units (cmake/echo-shards.cmake): a shard
+# holds about one quantizer's all_reduce with every compensator, some 5
 # full pipelines, the unit of a parallel build. More entries than shards only make shards longer.
-echo_py_shards(echo_py_units 20 cu torch "#include \"instance.cuh\"")
 set(gen ${CMAKE_CURRENT_BINARY_DIR}/torch)
+echo_registry_shards(echo_py_units 20 ${gen} cu "#include \"instance.cuh\"" echo_py::torch_ops void add_shard
+                     "std::vector<entry>& table" table)
 
 add_library(_torch_ops MODULE src/torch/ops.cpp src/torch/table.cpp ${echo_py_units})
 target_include_directories(_torch_ops PRIVATE ${gen} ${CMAKE_CURRENT_SOURCE_DIR}/src/torch)
