@@ -116,7 +116,7 @@ TEST_CASE("reduce_scatter and all_gather under the recommended default (rotated,
 }
 
 TEST_CASE("reduce_scatter and all_gather, other quantizers and element types, the 16-bit pipeline") {
-  sp_check<echo::quant::zero_aware<8, 64>, echo::comp::none, echo::half_t> h(64 * 1024 * 8);
+  sp_check<echo::quant::zero_aware<8, 64>, echo::comp::none, echo::half_t> h((65536 + 64) * 8);
   const size_t P = static_cast<size_t>(h.ranks());
   for (size_t m : segment_sizes(64)) scatter_step(h, m * P);
   for (size_t m : segment_sizes(64)) gather_step(h, m);
@@ -241,7 +241,9 @@ TEST_CASE("reduce_scatter and all_gather misuse: refused before anything runs, t
     refused(ar.reduce_scatter(in, out, n + 1, s, rc.chain(r)), "n % P");
     refused(ar.reduce_scatter(in, out, 64 * static_cast<size_t>(P), s, rc.chain(r)), "whole number of the quantizer's groups");
     refused(ar.reduce_scatter(in, in + 128, n, s, rc.chain(r)), "overlap");
-    refused(ar.reduce_scatter(in, out, size_t(4096) * 8 + static_cast<size_t>(P) * 128, s, rc.chain(r)), "above max_elements");
+    // (the chain's view: an echo::chain of max_elements would refuse its capacity first)
+    refused(ar.reduce_scatter(in, out, size_t(4096) * 8 + static_cast<size_t>(P) * 128, s, rc.chain(r)->view()),
+            "above max_elements");
     refused(ar.reduce_scatter(in, out, n, s, nullptr), "needs a chain");
     refused(ar.reduce_scatter(in + 1, out, n, s, rc.chain(r)), "in: not 16-byte aligned");
     refused(ar.all_gather(in, out, 64, s), "whole number of the quantizer's groups");

@@ -518,15 +518,13 @@ class engine {
     });
     if (s != status::success) return s;
     if (c.epilogue.active() && !p.rows_in_kernel) {
-      // The rows on the whole GPU, after the pipeline added the all-reduce into the residual. The
-      // collective is complete: a failed launch leaves the object usable.
+      // The rows on the whole GPU, after the pipeline added the all-reduce into the residual. A
+      // failed launch poisons the object as a failed pipeline launch does: the call's kernels are
+      // queued, and the object's call order and chain bookkeeping would no longer match them.
       constexpr auto rows = epilogue::epilogue_kernel<T, epilogue::sum_at::residual>;
       const bool after = !c.capturing && echo::detail::waits_for_prior_grid<rows>();
-      if (epilogue::launch_epilogue<epilogue::sum_at::residual>(c.epilogue, c.out, c.n, sms_, stream, after) != cudaSuccess) {
-        (void)cudaGetLastError();
-        error_ = "the epilogue's launch failed";
-        return status::cuda_error;
-      }
+      if (epilogue::launch_epilogue<epilogue::sum_at::residual>(c.epilogue, c.out, c.n, sms_, stream, after) != cudaSuccess)
+        return launch_failed();
     }
     return status::success;
   }

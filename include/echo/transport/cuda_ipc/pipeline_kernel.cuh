@@ -119,6 +119,7 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       const size_t b = part.begin(j), len = part.size(j);
       if (t * tile_elems >= len) continue;
       if constexpr (gathers_only) {  // no data: this rank's gather slots of tile t are free for j
+        __syncwarp();  // every lane's reads of the slot's last tile come before the release
         if (lane == 0) ch.signal(j, L.recv_flag(me, t));
         continue;
       }
