@@ -89,7 +89,7 @@ void gather_step(RC& rc, size_t m) {
 }
 
 /// Segments of whole groups of G: one group, odd counts, many tiles.
-std::vector<size_t> segment_sizes(size_t G) { return {G, 3 * G, 37 * G, 4096 + 5 * G, 65536 + G}; }
+std::vector<size_t> segment_sizes(size_t G) { return {G, 3 * G, 37 * G, 4096 + 7 * G, 65536 + G}; }
 
 }  // namespace
 
