@@ -37,6 +37,7 @@
 #include "quant/none.cuh"
 #include "quant/traits.cuh"
 #include "quant/transform.cuh"
+#include "reference/segments.cuh"
 #include "transport/cuda_ipc/tag.cuh"
 #include "transport/traits.cuh"
 #include "tuning/dispatch_table.cuh"
@@ -353,6 +354,12 @@ class all_reduce {
     return {static_cast<T*>(e.residual), static_cast<const T*>(e.weight), e.hidden, e.epsilon};
   }
 
+  /// Whether [a, a + na) and [b, b + nb) share a byte (never with a null b: an absent chain state).
+  static bool overlap(const void* a, size_t na, const void* b, size_t nb) {
+    const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+    return b && x < y + nb && y < x + na;
+  }
+
   /// The epilogue's arguments checked and made plain data for the kernels (null: fine).
   template <class E, class Epi>
   const char* make_job(const Epi& epi, size_t n, const E* in, const E* out, const unsigned char* state,
@@ -367,10 +374,6 @@ class all_reduce {
       if (const char* why = check_pointer(res, residual_errors)) return why;
       if (const char* why = check_pointer(w, weight_errors)) return why;
       const size_t bytes = n * sizeof(E), wbytes = epi.hidden * sizeof(E);
-      auto overlap = [](const void* a, size_t na, const void* b, size_t nb) {
-        const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-        return b && x < y + nb && y < x + na;
-      };
       if (overlap(res, bytes, in, bytes) || overlap(res, bytes, out, bytes))
         return "epilogue.residual: overlaps in or out";
       if (overlap(res, bytes, state, Comp::state_bytes(n))) return "epilogue.residual: overlaps the chain's state";
@@ -415,16 +418,11 @@ class all_reduce {
     if (poisoned()) return poisoned_status();
     if (n == 0) return status::success;
     if (n > max_elements_) return fail("n: above max_elements");
+    if (const char* why = reference::segment_error<Quant>(n, comm_.size())) return fail(why);
     const size_t P = static_cast<size_t>(comm_.size()), m = n / P;
-    if (n % P != 0) return fail("n: not P equal segments (n % P != 0)");
-    if (m % detail::granule_of<Quant>() != 0) return fail("n: a segment (n / P) is not a whole number of the quantizer's groups");
     if (const char* why = check_pointer(in, in_errors)) return fail(why);
     if (const char* why = check_pointer(out, out_errors)) return fail(why);
     const size_t in_bytes = (scatter ? n : m) * sizeof(E), out_bytes = (scatter ? m : n) * sizeof(E);
-    auto overlap = [](const void* a, size_t na, const void* b, size_t nb) {
-      const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-      return x < y + nb && y < x + na;
-    };
     if (overlap(in, in_bytes, out, out_bytes)) return fail("in, out: overlap (reduce_scatter and all_gather take neither in place)");
     unsigned char* chain_state = nullptr;  // the all-gather keeps none
     if constexpr (Comp::keeps_state) {

@@ -29,12 +29,8 @@ void expect_status(RC& rc, const std::vector<echo::status>& st) {
 
 template <class T>
 void expect_equal(const std::vector<T>& got, const std::vector<T>& want, const char* what, int r, size_t n) {
-  const long long bad = first_mismatch(got, want);
   INFO(what << ": rank " << r << ", n " << n << ", seed " << seed());
-  std::ostringstream where;
-  if (bad >= 0) where << "first mismatch at " << bad << ": device " << widen(got[bad]) << " reference " << widen(want[bad]);
-  INFO(where.str());
-  REQUIRE(bad == -1);
+  require_same_bits(got, want);
 }
 
 /// One reduce-scatter of n values on every rank (Ref: the reference's quantizer, Q or, on the

@@ -180,6 +180,17 @@ long long first_mismatch(const std::vector<T>& a, const std::vector<T>& b) {
   return k == std::min(a.size(), b.size()) && a.size() == b.size() ? -1 : static_cast<long long>(k);
 }
 
+/// REQUIRE that the device's values are the reference's bit for bit; a mismatch names its index
+/// and both values (the caller's INFO says what was compared).
+template <class T>
+void require_same_bits(const std::vector<T>& got, const std::vector<T>& want) {
+  const long long bad = first_mismatch(got, want);
+  std::ostringstream where;  // built outside the if: an INFO lives only to the end of its scope
+  if (bad >= 0) where << "first mismatch at " << bad << ": device " << widen(got[bad]) << " reference " << widen(want[bad]);
+  INFO(where.str());
+  REQUIRE(bad == -1);
+}
+
 /// Builds one echo::all_reduce per rank collectively (nullptr-free: the test skips a transport
 /// that cannot run at this P before it gets here).
 template <class AR, class Transport = echo::transport::cuda_ipc::tag, class OptionsOf>
@@ -403,14 +414,9 @@ class reference_check {
       ref_(ri, ro, n);
     }
     for (int r = 0; r < P_; ++r) {
-      const std::vector<T> got = (in_place ? in_[r] : out_[r]).download(n);
-      const long long bad = first_mismatch(got, want[r]);
       INFO("rank " << r << " of " << P_ << ", n " << n << ", seed " << seed() << ", " << Transport::name << " "
                    << Q::name << "<" << Q::bits << "," << Q::group << "> " << C::name << " " << type_name<T>());
-      std::ostringstream where;  // built outside the if: an INFO lives only to the end of its scope
-      if (bad >= 0) where << "first mismatch at " << bad << ": device " << widen(got[bad]) << " reference " << widen(want[r][bad]);
-      INFO(where.str());
-      REQUIRE(bad == -1);
+      require_same_bits((in_place ? in_[r] : out_[r]).download(n), want[r]);
     }
   }
 

@@ -428,7 +428,6 @@ class engine {
     auto load = [&](auto k) {
       echo::detail::preload_kernels(decltype(k)::value);
       (void)max_grid<Pol, decltype(k)::value>();  // its occupancy query too
-      return 0;
     };
     load(kernel_tag<pipeline_kernel<Cfg>>{});
     if constexpr (Config::ops::sequence_parallel) {

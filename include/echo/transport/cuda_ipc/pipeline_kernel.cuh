@@ -156,27 +156,19 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::policy::blocks_per_sm)
       over_subtiles<stages>(p.in, st, first0, b + len, subs, sub_elems, [&](const auto& ops, size_t first, int valid, int u) {
         stages::reduce_scatter(ops, st, p.out + (first - b), first, valid, {me, P}, receipt(u));
       });
-    } else if constexpr (gathers_only) {
-      // the owner's segment alone (no receipts, no chain), from its own input (in[0] is value b)
-      const state_ref none{nullptr, p.n, false, false};
+    } else {
+      // The all-gather's owner quantizes its own segment alone (no receipts, no chain; in[0] is
+      // value b); the all-reduce's sums it with the receipts.
+      const state_ref own = gathers_only ? state_ref{nullptr, p.n, false, false} : st;
+      const rank_place at = gathers_only ? rank_place{0, 1} : rank_place{me, P};
       over_subtiles<stages>(
-          p.in, none, first0, b + len, subs, sub_elems,
+          p.in, own, first0, b + len, subs, sub_elems,
           [&](const auto& ops, size_t first, int valid, int u) {
-            const auto r = stages::reduce(ops, none, to, first, valid, rank_place{0, 1}, receipt(u));
+            const auto r = stages::reduce(ops, own, to, first, valid, at, receipt(u));
             for (int d = 1; d < P; ++d)
               Cfg::codec::store(peer[(me + d) % P] + L.gather_slot(me, slot, tile_bytes) + u * sub_bytes, r, lane, valid);
           },
-          b);
-    } else {
-      over_subtiles<stages>(
-          p.in, st, b + t * tile_elems + static_cast<size_t>(lane) * V, b + len, subs, sub_elems,
-          [&](const auto& ops, size_t first, int valid, int u) {
-            const auto r = stages::reduce(ops, st, to, first, valid, {me, P}, [&](int i) {
-              return static_cast<const unsigned char*>(local + L.recv_slot(i, slot, tile_bytes) + u * sub_bytes);
-            });
-            for (int d = 1; d < P; ++d)
-              Cfg::codec::store(peer[(me + d) % P] + L.gather_slot(me, slot, tile_bytes) + u * sub_bytes, r, lane, valid);
-          });
+          gathers_only ? b : 0);
     }
     __syncwarp();
     if (lane == 0)
