@@ -3,7 +3,7 @@
 // row code, launched programmatically so that it is scheduled while the all-reduce drains: the
 // strongest unfused pair Echo knows), and against the bare all-reduce, in one run. The fused call
 // twice: its rows in the all-reduce's last launch, and as a launch of their own after it
-// (options.epilogue_launch_from_bytes tuning::never and 0; the dispatch table picks by size).
+// (options.epilogue_in_launch_bytes: every size and none; the dispatch table picks by size).
 //
 //   echo-fused [-g RANKS] [-b 8K] [-e 256M] [-f 4] [-H 4096] [-n 50] [-w 10] [-r 5] [-q default|none]
 //
@@ -65,8 +65,8 @@ class bench {
   bench(const std::vector<echo::communicator>& comms, size_t max_elements, size_t hidden)
       : comms_(comms), ar_(comms.size()), own_(comms.size()), ch_(comms.size()), r_(comms.size()) {
     echo::all_reduce_options in, own;
-    in.epilogue_launch_from_bytes = echo::tuning::never;
-    own.epilogue_launch_from_bytes = 0;
+    in.epilogue_in_launch_bytes = echo::tuning::size_band{0, echo::tuning::never};
+    own.epilogue_in_launch_bytes = echo::tuning::size_band{};
     echo::for_each_rank(comms, [&](const echo::communicator& c) {
       ar_[static_cast<size_t>(c.rank())] = std::make_unique<AR>(c, max_elements, in);
       own_[static_cast<size_t>(c.rank())] = std::make_unique<AR>(c, max_elements, own);
@@ -170,12 +170,13 @@ class bench {
 };
 
 template <class AR>
-void run(const std::vector<echo::communicator>& comms, size_t lo, size_t hi, size_t factor, size_t hidden, int iters,
-         int warmup, int rounds) {
+void run(const std::vector<echo::communicator>& comms, echo::tuning::size_band table, size_t lo, size_t hi,
+         size_t factor, size_t hidden, int iters, int warmup, int rounds) {
   bench<AR> b(comms, std::max(hi / sizeof(bf16), hidden), hidden);
-  std::printf("# %10s %9s %6s %10s %12s %10s %10s %10s %10s\n", "size", "values", "rows", "bare(us)", "unfused(us)",
-              "fused in", "fused own", "unfused /", "unfused /");
-  std::printf("# %10s %9s %6s %10s %12s %10s %10s %10s %10s\n", "", "", "", "", "", "(us)", "(us)", "fused in", "fused own");
+  std::printf("# %10s %9s %6s %10s %12s %10s %10s %10s %10s %6s\n", "size", "values", "rows", "bare(us)", "unfused(us)",
+              "fused in", "fused own", "unfused /", "unfused /", "table");
+  std::printf("# %10s %9s %6s %10s %12s %10s %10s %10s %10s %6s\n", "", "", "", "", "", "(us)", "(us)", "fused in",
+              "fused own", "picks");
   for (size_t bytes = lo; bytes <= hi; bytes *= factor) {
     const size_t n = std::max(hidden, bytes / sizeof(bf16) / hidden * hidden);
     std::vector<double> t[variants];
@@ -186,8 +187,8 @@ void run(const std::vector<echo::communicator>& comms, size_t lo, size_t hi, siz
       std::sort(t[v].begin(), t[v].end());
       m[v] = t[v][t[v].size() / 2];
     }
-    std::printf("  %10zu %9zu %6zu %10.2f %12.2f %10.2f %10.2f %9.3fx %9.3fx\n", n * sizeof(bf16), n, n / hidden, m[0], m[1],
-                m[2], m[3], m[1] / m[2], m[1] / m[3]);
+    std::printf("  %10zu %9zu %6zu %10.2f %12.2f %10.2f %10.2f %9.3fx %9.3fx %6s\n", n * sizeof(bf16), n, n / hidden, m[0],
+                m[1], m[2], m[3], m[1] / m[2], m[1] / m[3], table.holds(n * sizeof(bf16)) ? "in" : "own");
     std::fflush(stdout);
     if (factor <= 1) break;
   }
@@ -235,8 +236,11 @@ int main(int argc, char** argv) {
               hidden, quant.c_str(), rounds, iters);
   try {
     const auto comms = echo::communicator::local(devices, false);
-    if (quant == "default") run<echo::default_all_reduce<>>(comms, lo, hi, factor, hidden, iters, warmup, rounds);
-    else run<echo::all_reduce<echo::quant::none>>(comms, lo, hi, factor, hidden, iters, warmup, rounds);
+    // The form the dispatch table picks at each size (the pipeline's; the one-shot kernel keeps
+    // its rows in its launch).
+    const auto table = echo::tuning::lookup_dispatch(prop.name, ranks, "cuda_ipc", "p2p").sizes.epilogue_in_launch;
+    if (quant == "default") run<echo::default_all_reduce<>>(comms, table, lo, hi, factor, hidden, iters, warmup, rounds);
+    else run<echo::all_reduce<echo::quant::none>>(comms, table, lo, hi, factor, hidden, iters, warmup, rounds);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "echo-fused: %s\n", e.what());
     return 1;

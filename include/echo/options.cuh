@@ -2,6 +2,7 @@
 #pragma once
 
 #include "config.cuh"
+#include "tuning/size_band.cuh"
 
 #include <cstddef>
 #include <optional>
@@ -40,11 +41,11 @@ struct all_reduce_options {
   /// mid variant (so tuning::never switches the mid tier off, and no call weight is left narrow at
   /// every size). Results are bit-identical either way.
   std::optional<size_t> mid_policy_from_bytes;
-  /// cuda_ipc: from this many bytes a call with an epilogue (epilogue/residual_rms_norm.cuh) runs
-  /// the rows' normalisation as a launch of its own on the whole GPU after the all-reduce, below it
-  /// in the all-reduce's last launch; unset: from echo::tuning::dispatch_table. Rank-local: results
-  /// are bit-identical either way, and ranks may differ.
-  std::optional<size_t> epilogue_launch_from_bytes;
+  /// cuda_ipc: the sizes at which a call with an epilogue (epilogue/residual_rms_norm.cuh) runs the
+  /// rows' normalisation in the all-reduce's last launch; at every other size as a launch of its
+  /// own on the whole GPU right after it. Unset: from echo::tuning::dispatch_table. Rank-local:
+  /// results are bit-identical either way, and ranks may differ.
+  std::optional<tuning::size_band> epilogue_in_launch_bytes;
 };
 
 }  // namespace echo

@@ -38,6 +38,10 @@ struct tool {
   static constexpr unsigned torch = 1u << 1;
   /// The torch ops over transport::nccl too.
   static constexpr unsigned torch_nccl = 1u << 2;
+  /// With torch: the torch ops' cuda_ipc object serves the sequence-parallel reduce-scatter and
+  /// all-gather too (echo::sequence_parallel), with every compensator marked torch_sp (their
+  /// kernels: about half a pipeline set more a pair).
+  static constexpr unsigned torch_sp = 1u << 8;
   /// echo-perf: bf16, fp16 and fp32 over both transports, with comp::none and the first
   /// compensator marked perf that holds the quantizer's errors.
   static constexpr unsigned perf = 1u << 3;
@@ -89,13 +93,13 @@ using za = quant::zero_aware<B, G>;
 using registered_quantizers = type_list<
   registered_quantizer<quant::zero_aware<4, 32>, tool::reference | tool::torch>,
   registered_quantizer<quant::zero_aware<4, 64>, tool::reference | tool::torch>,
-  registered_quantizer<quant::zero_aware<4, 128>, tool::reference | tool::reference_sp | tool::torch | tool::torch_nccl | tool::perf | tool::sim | tool::sim_storage>,
+  registered_quantizer<quant::zero_aware<4, 128>, tool::reference | tool::reference_sp | tool::torch | tool::torch_sp | tool::torch_nccl | tool::perf | tool::sim | tool::sim_storage>,
   registered_quantizer<quant::zero_aware<8, 32>, tool::reference | tool::torch>,
   registered_quantizer<quant::zero_aware<8, 64>, tool::reference | tool::torch>,
-  registered_quantizer<quant::zero_aware<8, 128>, tool::reference | tool::reference_sp | tool::torch | tool::torch_nccl | tool::perf>,
+  registered_quantizer<quant::zero_aware<8, 128>, tool::reference | tool::reference_sp | tool::torch | tool::torch_sp | tool::torch_nccl | tool::perf>,
   registered_quantizer<quant::symmetric<4, 128>, tool::reference | tool::torch | tool::perf | tool::sim>,
   registered_quantizer<quant::naive_zero_point<4, 128>, tool::reference | tool::torch | tool::perf | tool::sim>,
-  registered_quantizer<quant::none, tool::reference | tool::reference_sp | tool::torch | tool::torch_nccl | tool::perf | tool::sim>,
+  registered_quantizer<quant::none, tool::reference | tool::reference_sp | tool::torch | tool::torch_sp | tool::torch_nccl | tool::perf | tool::sim>,
   // The outlier-robust 4-bit path (docs/quality.md): rotated groups, clipped ranges (R / 1024 of
   // the range), both, and the rotated 8-bit code a closing call sends.
   registered_quantizer<detail::rot<detail::za<4, 32>>, tool::reference | tool::torch>,
@@ -105,7 +109,7 @@ using registered_quantizers = type_list<
   registered_quantizer<detail::clip<detail::za<4, 128>, 870>, tool::reference | tool::torch>,
   registered_quantizer<detail::clip<detail::za<4, 128>, 952>, tool::reference>,
   registered_quantizer<detail::rot<detail::clip<detail::za<4, 64>, 870>>, tool::reference | tool::torch>,
-  registered_quantizer<detail::rot<detail::clip<detail::za<4, 128>, 870>>, tool::reference | tool::reference_sp | tool::torch | tool::perf_bf16>,
+  registered_quantizer<detail::rot<detail::clip<detail::za<4, 128>, 870>>, tool::reference | tool::reference_sp | tool::torch | tool::torch_sp | tool::perf_bf16>,
   // The clip ratios the outlier study swept (host only).
   registered_quantizer<detail::rot<detail::clip<detail::za<4, 64>, 952>>, tool::reference>,
   registered_quantizer<detail::rot<detail::clip<detail::za<4, 64>, 819>>, tool::reference>,
@@ -119,11 +123,11 @@ using registered_quantizers = type_list<
 /// Every compensator a tool compiles, one line each. Order matters to echo-perf only: its
 /// error-feedback row is the first one marked perf that holds the quantizer's errors.
 using registered_compensators = type_list<
-  registered_compensator<comp::none, tool::reference | tool::torch | tool::torch_nccl | tool::perf | tool::sim>,
+  registered_compensator<comp::none, tool::reference | tool::torch | tool::torch_sp | tool::torch_nccl | tool::perf | tool::sim>,
   registered_compensator<comp::error_feedback<comp::step8_state>, tool::reference | tool::torch | tool::torch_nccl | tool::perf | tool::sim_storage>,
-  registered_compensator<comp::error_feedback<comp::int8_state>, tool::reference | tool::torch | tool::torch_nccl | tool::perf | tool::sim_storage>,
+  registered_compensator<comp::error_feedback<comp::int8_state>, tool::reference | tool::torch | tool::torch_sp | tool::torch_nccl | tool::perf | tool::sim_storage>,
   registered_compensator<comp::error_feedback<bfloat16_t>, tool::reference | tool::torch | tool::torch_nccl | tool::sim_storage>,
-  registered_compensator<comp::error_feedback<float>, tool::reference | tool::torch | tool::torch_nccl | tool::sim>,
+  registered_compensator<comp::error_feedback<float>, tool::reference | tool::torch | tool::torch_sp | tool::torch_nccl | tool::sim>,
   registered_compensator<comp::error_feedback<comp::int4_state>, tool::sim_storage>,
   registered_compensator<comp::error_feedback<comp::step4_state>, tool::sim_storage>>;
 // clang-format on

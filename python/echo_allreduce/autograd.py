@@ -7,6 +7,13 @@
 
 So the forward and the backward all-reduces each keep their own chain: pass a forward chain to
 every reduce_from_tp and a backward chain to every copy_to_tp of a model (tp.TensorParallel does).
+
+With sequence parallelism (Megatron-LM's) the pair becomes a reduce-scatter and an all-gather:
+
+- ``reduce_scatter_to_sp``: forward reduce-scatter of a row-parallel layer's partial outputs into
+  this rank's sequence segment (forward chain), backward all-gather of the segment's gradient.
+- ``gather_from_sp``: forward all-gather of the sequence segments into a column-parallel layer's
+  input, backward reduce-scatter of its gradient (backward chain).
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import warnings
 
 import torch
 import torch.distributed as dist
+
+from .front import _segment_shape, exact_all_gather, exact_reduce_scatter
 
 
 def _sum(x: torch.Tensor, comm, chain, closes: bool = False) -> torch.Tensor:
@@ -66,3 +75,63 @@ def reduce_from_tp(x: torch.Tensor, comm, chain=None, closes: bool = False) -> t
 def copy_to_tp(x: torch.Tensor, comm, chain=None) -> torch.Tensor:
     """x unchanged (forward); the gradient is summed over the ranks."""
     return _CopyToTP.apply(x, comm, chain)
+
+
+def _aligned(x: torch.Tensor) -> torch.Tensor:
+    x = x.contiguous()
+    if not torch.compiler.is_compiling() and x.data_ptr() % 16:
+        x = x.clone()  # a contiguous view at an odd offset: Echo needs 16-byte alignment
+    return x
+
+
+def _scatter(x: torch.Tensor, comm, chain) -> torch.Tensor:
+    """This rank's segment of the sum of x: Echo's reduce-scatter where x fits it
+    (comm.fits_segments, the same on every rank), else torch.distributed's (exact)."""
+    x = _aligned(x)
+    if comm.fits_segments(x, True, chain):
+        return comm.reduce_scatter(x, chain=chain)
+    out = torch.empty(_segment_shape(x, comm.world_size, True), dtype=x.dtype, device=x.device)
+    return exact_reduce_scatter(x, out, comm.group)
+
+
+def _gather(x: torch.Tensor, comm) -> torch.Tensor:
+    """The ranks' segments one after the other: Echo's all-gather where x fits it, else exact."""
+    x = _aligned(x)
+    if comm.fits_segments(x, False):
+        return comm.all_gather(x)
+    out = torch.empty(_segment_shape(x, comm.world_size, False), dtype=x.dtype, device=x.device)
+    return exact_all_gather(x, out, comm.group)
+
+
+class _ReduceScatterToSP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, comm, chain):
+        ctx.comm = comm
+        return _scatter(x, comm, chain)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _gather(grad, ctx.comm), None, None
+
+
+class _GatherFromSP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, comm, chain):
+        ctx.comm, ctx.chain = comm, chain
+        return _gather(x, comm)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _scatter(grad, ctx.comm, ctx.chain), None, None
+
+
+def reduce_scatter_to_sp(x: torch.Tensor, comm, chain=None) -> torch.Tensor:
+    """This rank's sequence segment of the sum of x over the ranks (forward, on the forward
+    chain); the gradient is all-gathered. x: (s, ...) -> (s / P, ...)."""
+    return _ReduceScatterToSP.apply(x, comm, chain)
+
+
+def gather_from_sp(x: torch.Tensor, comm, chain=None) -> torch.Tensor:
+    """The ranks' sequence segments one after the other (forward); the gradient is
+    reduce-scattered on the backward chain. x: (s / P, ...) -> (s, ...)."""
+    return _GatherFromSP.apply(x, comm, chain)

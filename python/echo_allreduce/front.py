@@ -76,6 +76,47 @@ def add_rms_norm_torch(y: torch.Tensor, residual: torch.Tensor, weight: torch.Te
     return y
 
 
+def _segment_shape(x: torch.Tensor, P: int, scatter: bool) -> tuple:
+    """A reduce-scatter's (all-gather's) output shape: x's first dimension divided (multiplied)
+    by P where it splits, else flat."""
+    if scatter:
+        return (x.shape[0] // P, *x.shape[1:]) if x.dim() >= 1 and x.shape[0] % P == 0 else (x.numel() // P,)
+    return (x.shape[0] * P, *x.shape[1:]) if x.dim() >= 1 else (x.numel() * P,)
+
+
+def exact_reduce_scatter(x: torch.Tensor, out: torch.Tensor, group) -> torch.Tensor:
+    """out = this rank's segment of the sum of x over the group, by torch.distributed (exact; what
+    the 'off' backend and the fallbacks run): NCCL's reduce-scatter, elsewhere (gloo has none)
+    the all-reduce cut to the segment."""
+    flat = x.detach().reshape(-1).contiguous()
+    m, rank = out.numel(), dist.get_rank(group)
+    with torch.no_grad():
+        if "nccl" in str(dist.get_backend(group)):
+            seg = torch.empty(m, dtype=x.dtype, device=x.device)
+            dist.reduce_scatter_tensor(seg, flat, group=group)
+        else:
+            flat = flat.clone()
+            dist.all_reduce(flat, group=group)
+            seg = flat[rank * m:(rank + 1) * m]
+        out.copy_(seg.view(out.shape))
+    return out
+
+
+def exact_all_gather(x: torch.Tensor, out: torch.Tensor, group) -> torch.Tensor:
+    """out = the group's x one after the other, by torch.distributed (exact)."""
+    flat = x.detach().reshape(-1).contiguous()
+    with torch.no_grad():
+        if "nccl" in str(dist.get_backend(group)):
+            whole = torch.empty(out.numel(), dtype=x.dtype, device=x.device)
+            dist.all_gather_into_tensor(whole, flat, group=group)
+        else:
+            parts = [torch.empty_like(flat) for _ in range(dist.get_world_size(group))]
+            dist.all_gather(parts, flat, group=group)
+            whole = torch.cat(parts)
+        out.copy_(whole.view(out.shape))
+    return out
+
+
 class EchoAllReduce:
     """Echo's all-reduce among the ranks of ``group`` (collective to construct).
 
@@ -101,6 +142,7 @@ class EchoAllReduce:
         device: Optional[torch.device] = None,
         rotate: Optional[bool] = None,
         clip: Optional[float] = None,
+        sequence_parallel: bool = False,
     ):
         if group is None:
             group = dist.distributed_c10d._get_default_group()
@@ -117,7 +159,7 @@ class EchoAllReduce:
         failure = None
         try:
             self._configure(max_elements, quant, bits, group_size, comp, storage, transport, unquantized_below_bytes,
-                            spin_limit_s, backend, device, rotate, clip)
+                            spin_limit_s, backend, device, rotate, clip, sequence_parallel)
         except Exception as e:  # whatever it is (a TypeError too), every rank must hear of it
             failure = e
         try:
@@ -133,10 +175,10 @@ class EchoAllReduce:
                 group.boxed(), "nccl" in str(dist.get_backend(group)), self.device.index, self.max_elements, self.quant,
                 self.bits, self.group_size, self.comp, self.storage, self.transport,
                 -1 if self.unquantized_below_bytes is None else self.unquantized_below_bytes,  # the op's -1: unset
-                float(spin_limit_s), self.rotate, self.clip)
+                float(spin_limit_s), self.rotate, self.clip, self.sequence_parallel)
 
     def _configure(self, max_elements, quant, bits, group_size, comp, storage, transport, unquantized_below_bytes,
-                   spin_limit_s, backend, device, rotate, clip) -> None:
+                   spin_limit_s, backend, device, rotate, clip, sequence_parallel=False) -> None:
         """This rank's part of the constructor: no collective step."""
         self.backend = None
         if max_elements <= 0:
@@ -156,8 +198,11 @@ class EchoAllReduce:
             clip = RECOMMENDED_CLIP if recommended else 1.0
         self.rotate = bool(rotate) and quant != "none"
         self.clip = reference.clip_1024(clip) if quant != "none" else 1024  # 1024ths of the range; 1024: none
+        self.sequence_parallel = bool(sequence_parallel)
         if storage is None:
-            storage = "int8" if self.clip != 1024 else "step8"
+            # step8 keeps an error in the data step of the value's code, which the reduce-scatter's
+            # owner segment (never quantized) does not have
+            storage = "int8" if self.clip != 1024 or self.sequence_parallel else "step8"
         self.comp, self.storage, self.transport = comp, storage, transport
         if unquantized_below_bytes is not None and int(unquantized_below_bytes) < 0:
             raise ValueError("EchoAllReduce: unquantized_below_bytes must be >= 0, or None (the dispatch table's; "
@@ -169,6 +214,12 @@ class EchoAllReduce:
         if self.keeps_state and self.clip != 1024 and storage in ("step8", "step4"):
             raise ValueError(f"EchoAllReduce: a clip's errors exceed what storage {storage!r} holds (+-0.99 / +-0.875 "
                              "data steps); use 'int8', 'int4' or an element storage (comp::holds_errors_of)")
+        if self.keeps_state and self.sequence_parallel and storage in ("step8", "step4"):
+            raise ValueError(f"EchoAllReduce: sequence_parallel: storage {storage!r} keeps an error in its code's data "
+                             "step, which the reduce-scatter's own segment does not have; use 'int8' or an element storage")
+        if self.sequence_parallel and transport != "cuda_ipc":
+            raise ValueError("EchoAllReduce: sequence_parallel runs on transport 'cuda_ipc' (transport::nccl's staged "
+                             "kernels serve the all-reduce alone)")
         if not enabled:
             backend = "off"
         elif backend is None:
@@ -189,7 +240,7 @@ class EchoAllReduce:
             self._check_reference_entry()
 
     _AGREED = ("backend", "quant", "bits", "group_size", "rotate", "clip", "comp", "storage", "transport", "max_elements",
-               "unquantized_below_bytes")
+               "unquantized_below_bytes", "sequence_parallel")
 
     def _codes(self) -> list:
         """This rank's configuration as ints, stable across processes (hash() of a str is not);
@@ -406,6 +457,139 @@ class EchoAllReduce:
                 dst.copy_(torch.from_numpy(a.view(np.uint8)).view(x.dtype).view(dst.shape))
         return target
 
+    # ---- sequence parallelism -----------------------------------------------------------------
+    def reduce_scatter(self, x: torch.Tensor, out: Optional[torch.Tensor] = None, chain=None) -> torch.Tensor:
+        """Sequence parallelism's reduce-scatter: this rank's segment of the sum of x over the
+        ranks, the ``x.numel() / P`` values from ``rank * x.numel() / P`` on of the flattened sum
+        (Megatron-LM's layout: contiguous along x's first dimension, so x of shape (s, ...) gives
+        (s / P, ...)). Each value is quantized once, on its way to its owner, and the owner's fp32
+        sum is rounded once to x's dtype; with comp 'error_feedback' the chain keeps the send
+        errors (a reduce-scatter and an all-reduce of one size continue one chain). A segment is
+        whole quantizer groups. Returns out (new when None: (s / P, ...) where P divides
+        x.shape[0], else flat). Not in place. Needs ``sequence_parallel=True``. Errors as for
+        all_reduce."""
+        return self._segments("reduce_scatter", x, out, chain)
+
+    def all_gather(self, x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Sequence parallelism's all-gather: the ranks' x (m values each, whole quantizer groups)
+        one after the other, rank r's at ``[r m, (r + 1) m)`` (x of shape (s, ...) gives (P s,
+        ...)). Each rank's x is sent as one code and decoded on every rank, its own included, so
+        every rank holds the same bits; no chain (what it injects is not added back into the
+        stream it came from). Returns out (new when None). Not in place. Needs
+        ``sequence_parallel=True``."""
+        return self._segments("all_gather", x, out, None)
+
+    def fits_segments(self, x: torch.Tensor, scatter: bool, chain=None) -> bool:
+        """Whether reduce_scatter(x) (scatter) or all_gather(x) takes x by what every rank shares:
+        dtype, size (the message up to max_elements and the chain's capacity) and P segments of
+        whole groups. The autograd functions send what does not fit to torch.distributed."""
+        if self.backend == "off" or not self.sequence_parallel or x.dtype not in _DTYPES:
+            return False
+        P = self.world_size
+        n = x.numel() if scatter else x.numel() * P
+        granule = 256 if self.quant == "none" else self.group_size
+        if not 0 < n <= self.max_elements or n % P or (n // P) % granule:
+            return False
+        return self.fits(x, chain) if scatter else True
+
+    def _segments(self, op: str, x: torch.Tensor, out: Optional[torch.Tensor], chain) -> torch.Tensor:
+        what = f"EchoAllReduce.{op}"
+        scatter = op == "reduce_scatter"
+        eager = not _compiling()
+        if self.backend == "reference":
+            # collective verdicts first, as for all_reduce: a call refused on one rank raises on all
+            failure, prepared = None, None
+            try:
+                out = self._judge_segments(what, x, out, chain, scatter, eager)
+                prepared = self._prepare_reference_segments(x, chain, scatter)
+            except Exception as e:
+                failure = e
+            try:
+                head = None if failure else [x.numel(), list(_DTYPES).index(x.dtype)]
+                rows = self._verdicts(failure, head, 2, what + ": rank {r}'s call was refused (its own error says why)")
+            finally:
+                failure = None
+            self._reference_segments(what, x, out, prepared, head, rows, scatter)
+        else:
+            out = self._judge_segments(what, x, out, chain, scatter, eager)
+            if self.backend == "off":
+                (exact_reduce_scatter if scatter else exact_all_gather)(x, out, self.group)
+            elif scatter:
+                torch.ops.echo.reduce_scatter(self._handle, x, out, chain if self.keeps_state else None)
+            else:
+                torch.ops.echo.all_gather(self._handle, x, out)
+        if eager and scatter and self.backend != "off":
+            self._accepted(chain, x, False)
+        return out
+
+    def _judge_segments(self, what: str, x: torch.Tensor, out: Optional[torch.Tensor], chain, scatter: bool,
+                        eager: bool) -> torch.Tensor:
+        """What the front refuses before a reduce-scatter or all-gather; returns out (made when None)."""
+        if not self.sequence_parallel:
+            raise ValueError(f"{what}: this object does not serve sequence parallelism (EchoAllReduce(..., "
+                             "sequence_parallel=True))")
+        if not isinstance(x, torch.Tensor) or (out is not None and not isinstance(out, torch.Tensor)):
+            raise TypeError(f"{what}: x and out must be tensors")
+        if x.dtype not in _DTYPES:
+            raise ValueError(f"{what}: dtype must be float32, float16 or bfloat16, got {x.dtype}")
+        P = self.world_size
+        if scatter and x.numel() % P:
+            raise ValueError(f"{what}: x's {x.numel()} elements are not P = {P} equal segments")
+        if out is None:
+            out = torch.empty(_segment_shape(x, P, scatter), dtype=x.dtype, device=x.device)
+        want = x.numel() // P if scatter else x.numel() * P
+        if out.dtype != x.dtype or out.numel() != want:
+            raise ValueError(f"{what}: out must be {want} elements of x's dtype {x.dtype}, got {out.numel()} {out.dtype}")
+        if self.backend != "off":
+            n = x.numel() if scatter else want
+            if n > self.max_elements:
+                raise ValueError(f"{what}: a message of {n} elements exceeds max_elements = {self.max_elements}")
+            if scatter and self.keeps_state:
+                if chain is None:
+                    raise ValueError(f"{what}: comp 'error_feedback' needs a chain (new_chain())")
+                if eager:
+                    self._begin(chain)
+        return out
+
+    def _prepare_reference_segments(self, x: torch.Tensor, chain, scatter: bool) -> tuple:
+        """The reference call's quantizer, compensator and chain, as the cuda backend dispatches:
+        below unquantized_below_bytes the 16-bit path, where a segment is whole granules of 256."""
+        n = x.numel() if scatter else x.numel() * self.world_size
+        quant = self.quant
+        if self.unquantized_below_bytes is not None and n * x.element_size() < self.unquantized_below_bytes \
+                and (n // self.world_size) % 256 == 0:
+            quant = "none"
+        keeps = scatter and self.keeps_state
+        if keeps and x.numel() > chain.capacity:
+            raise ValueError(f"EchoAllReduce.reduce_scatter: {x.numel()} elements exceed the chain's capacity "
+                             f"{chain.capacity}")
+        flat = x.detach().reshape(-1).contiguous().view(torch.uint8)
+        return flat, quant, self.comp if keeps else "none", chain.state if keeps else None
+
+    def _reference_segments(self, what: str, x: torch.Tensor, out: torch.Tensor, prepared: tuple, head: list,
+                            rows: list, scatter: bool) -> None:
+        for r, row in enumerate(rows):
+            if row != head:
+                raise RuntimeError(f"{what}: ranks made different calls (n, element type): rank {r} {row}, rank "
+                                   f"{self.rank} {head}; nothing was summed and the chain is unchanged")
+        flat, quant, comp, state = prepared
+        parts = [torch.empty_like(flat) for _ in range(self.world_size)]
+        dist.all_gather(parts, flat, group=self.group)
+        t = _DTYPES[x.dtype]
+        npdt = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[t]
+        arrays = [p.cpu().numpy().view(npdt) for p in parts]
+        rot, clip = (self.rotate, self.clip / 1024) if quant != "none" else (False, 1.0)
+        kw = dict(quant=quant, bits=self.bits, group_size=self.group_size, dtype=t, rotate=rot,
+                  clip=None if clip == 1 else clip)
+        if scatter:
+            outs = reference.reduce_scatter(arrays, comp=comp, storage=self.storage if comp != "none" else "",
+                                            chain=state, **kw)
+        else:
+            outs = reference.all_gather(arrays, **kw)
+        mine = torch.from_numpy(outs[self.rank].view(np.uint8)).view(x.dtype).view(out.shape)
+        with torch.no_grad():
+            out.copy_(mine)
+
     def _judge_epilogue(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, epsilon: float) -> None:
         what = "EchoAllReduce.all_reduce_add_rms_norm"
         for name, t in (("residual", residual), ("weight", weight)):
@@ -558,10 +742,12 @@ class EchoAllReduce:
         for e in reference.instantiations():
             if (e["quant"], e["comp"]) == names and (self.quant == "none" or (
                     e["bits"], e["group_size"], e["rotate"], e["clip"]) == (self.bits, self.group_size, self.rotate, self.clip)) \
-                    and (self.comp == "none" or e["storage"] == self.storage):
+                    and (self.comp == "none" or e["storage"] == self.storage) \
+                    and (not self.sequence_parallel or e["reduce_scatter"]):
                 return
         raise ValueError(f"EchoAllReduce: no compiled reference entry quant={self.quant!r} bits={self.bits} "
-                         f"group_size={self.group_size} comp={self.comp!r} storage={self.storage!r}; see "
+                         f"group_size={self.group_size} comp={self.comp!r} storage={self.storage!r}"
+                         f"{' with reduce_scatter' if self.sequence_parallel else ''}; see "
                          "echo_allreduce.reference.instantiations()")
 
     # ---- health and tear-down -----------------------------------------------------------------
@@ -595,5 +781,6 @@ class EchoAllReduce:
         q = self.quant if self.quant == "none" else f"{self.quant} {self.bits}-bit g{self.group_size}" + (
             " rotated" if self.rotate else "") + (f" clip {self.clip}/1024" if self.clip != 1024 else "")
         c = self.comp if self.comp == "none" else f"{self.comp} ({self.storage})"
+        sp = ", sequence_parallel" if self.sequence_parallel else ""
         return (f"EchoAllReduce(rank {self.rank}/{self.world_size}, backend={self.backend}, {q}, {c}, "
-                f"max_elements={self.max_elements})")
+                f"max_elements={self.max_elements}{sp})")

@@ -1,6 +1,6 @@
 """Loads the ``torch.ops.echo`` library (``_torch_ops.so``) and registers its fake implementations,
-so torch.compile traces ``echo::all_reduce``, ``echo::all_reduce_rms_norm`` and ``echo::update``
-without running them.
+so torch.compile traces ``echo::all_reduce``, ``echo::all_reduce_rms_norm``, ``echo::update``,
+``echo::reduce_scatter`` and ``echo::all_gather`` without running them.
 
 The ops only mutate arguments (``out``, the residual and the chain state) and return nothing, so their fake
 implementations have nothing to compute; the schemas' ``(a!)`` annotations tell torch.compile what
@@ -43,6 +43,14 @@ def _load() -> bool:
 
     @torch.library.register_fake("echo::update")
     def _update_fake(handle, input, state):
+        return None
+
+    @torch.library.register_fake("echo::reduce_scatter")
+    def _reduce_scatter_fake(handle, input, out, state=None):
+        return None
+
+    @torch.library.register_fake("echo::all_gather")
+    def _all_gather_fake(handle, input, out):
         return None
 
     _loaded = True

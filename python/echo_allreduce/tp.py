@@ -16,6 +16,14 @@ two differently, and feedback can amplify instead of cancel. Such layers take
 The last row-parallel layer of a forward pass takes ``closes=True``: its call closes the chain
 at 8 bits (EchoAllReduce.all_reduce's ``closes``).
 
+Sequence parallelism (Megatron-LM's): ``TensorParallel(comm, sequence_parallel=True)`` on an
+``EchoAllReduce(..., sequence_parallel=True)``. Between the layers every rank then holds its
+segment of the sequence (the first dimension, s / P rows): a column-parallel layer all-gathers its
+input (its gradient reduce-scattered on the backward chain), a row-parallel layer reduce-scatters
+its output (on the forward chain; its gradient all-gathered). Norms, residual adds and dropout
+between them run on the segment; parameters they hold see only their segment's rows, so their
+gradients are summed over the ranks (``TensorParallel.sum_replicated_grads``).
+
 Weights are drawn for the full layer from ``torch.Generator`` seeded with ``seed`` and then sliced,
 so a TP model equals its single-device twin built with the same seeds (what the tests compare).
 """
@@ -29,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .autograd import copy_to_tp, reduce_from_tp
+from .autograd import copy_to_tp, gather_from_sp, reduce_from_tp, reduce_scatter_to_sp
 from .front import add_rms_norm_torch
 
 
@@ -37,8 +45,11 @@ class TensorParallel:
     """A model's tensor-parallel context: the communicator and the two chains (forward residual
     stream, backward residual-gradient stream), each of capacity elements."""
 
-    def __init__(self, comm, capacity: Optional[int] = None):
+    def __init__(self, comm, capacity: Optional[int] = None, sequence_parallel: bool = False):
+        if sequence_parallel and not getattr(comm, "sequence_parallel", False):
+            raise ValueError("TensorParallel: sequence_parallel needs an EchoAllReduce(..., sequence_parallel=True)")
         self.comm = comm
+        self.sequence_parallel = sequence_parallel
         self.rank = comm.rank
         self.world_size = comm.world_size
         self.fwd_chain = comm.new_chain(capacity)
@@ -58,6 +69,15 @@ class TensorParallel:
         self.comm.reset_chain(self.fwd_chain)
         self.comm.reset_chain(self.bwd_chain)
 
+    def sum_replicated_grads(self, params) -> None:
+        """Sequence parallelism: sum the gradients of parameters every rank holds whole but applies
+        to its own segment only (norm weights, a shared embedding), exactly over the ranks."""
+        import torch.distributed as dist
+
+        for p in params:
+            if p.grad is not None:
+                dist.all_reduce(p.grad, group=self.comm.group)
+
     def split(self, size: int, what: str) -> int:
         if size % self.world_size:
             raise ValueError(f"{what} = {size} is not divisible by the tensor-parallel size {self.world_size}")
@@ -73,7 +93,9 @@ def _full_weight(out_features: int, in_features: int, seed: int) -> torch.Tensor
 
 class ColumnParallelLinear(nn.Module):
     """y_r = x W_r^T + b_r with W's output rows split over the ranks; the input is replicated, its
-    gradient all-reduced (copy_to_tp on the backward chain). Output: this rank's slice."""
+    gradient all-reduced (copy_to_tp on the backward chain); with sequence parallelism the input is
+    this rank's sequence segment, all-gathered (its gradient reduce-scattered on the backward
+    chain). Output: this rank's slice of the features, for the whole sequence."""
 
     def __init__(self, in_features: int, out_features: int, tp: TensorParallel, bias: bool = True, seed: int = 0,
                  device=None, dtype=None):
@@ -86,12 +108,16 @@ class ColumnParallelLinear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(part, device=device, dtype=dtype)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tp.sequence_parallel:
+            return F.linear(gather_from_sp(x, self.tp.comm, self.tp.bwd_chain), self.weight, self.bias)
         return F.linear(copy_to_tp(x, self.tp.comm, self.tp.bwd_chain), self.weight, self.bias)
 
 
 class RowParallelLinear(nn.Module):
     """y = sum_r x_r W_r^T + b with W's input columns split over the ranks; the partial outputs are
-    all-reduced (reduce_from_tp on the forward chain), then the bias is added once.
+    all-reduced (reduce_from_tp on the forward chain), then the bias is added once. With sequence
+    parallelism they are reduce-scattered instead (reduce_scatter_to_sp): the output is this rank's
+    sequence segment.
 
     into_residual: whether y is added, unscaled, to the residual stream (False: the block
     normalizes or rescales it first, so its call keeps out of the error-feedback chain). closes:
@@ -102,6 +128,8 @@ class RowParallelLinear(nn.Module):
         super().__init__()
         if closes and not into_residual:
             raise ValueError("RowParallelLinear: a call kept out of the chain cannot close it")
+        if closes and tp.sequence_parallel:
+            raise ValueError("RowParallelLinear: a reduce-scatter does not close its chain (closes is for all-reduces)")
         self.tp = tp
         self.into_residual, self.closes = into_residual, closes
         self.in_features, self.out_features = in_features, out_features
@@ -112,7 +140,10 @@ class RowParallelLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         chain = self.tp.fwd_chain if self.into_residual else self.tp.fresh_unchained()
-        y = reduce_from_tp(F.linear(x, self.weight), self.tp.comm, chain, self.closes)
+        if self.tp.sequence_parallel:
+            y = reduce_scatter_to_sp(F.linear(x, self.weight), self.tp.comm, chain)
+        else:
+            y = reduce_from_tp(F.linear(x, self.weight), self.tp.comm, chain, self.closes)
         return y if self.bias is None else y + self.bias
 
     def forward_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor,
@@ -126,6 +157,9 @@ class RowParallelLinear(nn.Module):
             raise RuntimeError("RowParallelLinear.forward_add_rms_norm is for inference: call it under torch.no_grad()")
         if not self.into_residual:
             raise ValueError("RowParallelLinear.forward_add_rms_norm: the layer is kept out of the residual stream")
+        if self.tp.sequence_parallel:
+            raise ValueError("RowParallelLinear.forward_add_rms_norm: an all-reduce epilogue; with sequence "
+                             "parallelism the layer reduce-scatters (call it, then add and normalise the segment)")
         y = F.linear(x, self.weight)
         if self.bias is not None and self.tp.rank == 0:
             y = y + self.bias

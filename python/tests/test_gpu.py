@@ -622,3 +622,89 @@ def _fused_epilogue(rank, world):
 
 def test_fused_add_rms_norm_equals_the_reference():
     run_ranks(_fused_epilogue, backend=BACKEND, timeout=600)
+
+
+# ---- the sequence-parallel pair ----------------------------------------------------------------
+SP_CONFIGS = [  # the entries marked tool::torch_sp (echo/registry.cuh), every storage they take
+    ("zero_aware", 4, 128, "error_feedback", "int8"),
+    ("zero_aware", 8, 128, "error_feedback", "float"),
+    ("zero_aware", 4, 128, "none", ""),
+    ("none", 4, 128, "error_feedback", "int8"),
+]
+
+
+def _sequence_parallel(rank, world):
+    """reduce_scatter and all_gather through the ops equal the reference bit for bit: every SP
+    entry and dtype, a chain that mixes reduce-scatters and all-reduces of one size and changes
+    size, the default configuration, the default dispatch (the 16-bit path below its size), shapes,
+    and misuse."""
+    from echo_allreduce import EchoAllReduce
+    from echo_allreduce.front import RECOMMENDED_CLIP
+
+    dev = device(rank)
+    n = 2 * 128 * 1031  # P = 2 segments of 1031 groups
+    for cfg in SP_CONFIGS:
+        quant, bits, group, comp, storage = cfg
+        comm = make(cfg, n, unquantized_below_bytes=0, sequence_parallel=True)
+        for dtype in DTYPES:
+            chain = comm.new_chain()
+            mine = reference.ChainState(world, n, storage) if comp == "error_feedback" else None
+            kw = dict(quant=quant, bits=bits, group_size=group, dtype=dtype_name(dtype))
+            for call, (op, size) in enumerate([("rs", n), ("ar", n), ("rs", n), ("rs", n - 2 * 128 * 7), ("ar", n)]):
+                xs = [x.view(-1, 128) for x in rank_inputs(call, size, dtype, world)]
+                arrays = [to_numpy(x) for x in xs]
+                if op == "rs":
+                    got = comm.reduce_scatter(xs[rank].to(dev), chain=chain)
+                    assert got.shape == (size // 128 // world, 128)
+                    want = reference.reduce_scatter(arrays, comp=comp, storage=storage, chain=mine, **kw)[rank]
+                else:
+                    got = comm.all_reduce(xs[rank].to(dev), chain=chain)
+                    want = reference.all_reduce(arrays, comp=comp, storage=storage, chain=mine, **kw)[rank]
+                assert same_bits(got, from_numpy(want, dtype, got)), (cfg, dtype, call, op)
+            for m in (128 * 1031, 128 * 3):
+                xs = rank_inputs(7, m, dtype, world)
+                got = comm.all_gather(xs[rank].to(dev))
+                want = reference.all_gather([to_numpy(x) for x in xs], **kw)[rank]
+                assert got.shape == (world * m,) and same_bits(got, from_numpy(want, dtype, got)), (cfg, dtype, m)
+        comm.check()
+        comm.close()
+    # the default configuration (rotated, clipped, int8 state) and the table's dispatch
+    comm = EchoAllReduce(None, 8 << 20, sequence_parallel=True, **SHARED_KW)
+    below = torch.ops.echo.unquantized_below_bytes(comm._handle)
+    chain, mine = comm.new_chain(), reference.ChainState(world, 8 << 20, "int8")
+    for call, size in enumerate((world * 128 * 41, world * 256 * 40, world * 256 * 3000, world * 256 * 3000)):
+        xs = rank_inputs(call, size, torch.bfloat16, world)
+        unquantized = 2 * size < below and (size // world) % 256 == 0
+        q = dict(quant="none") if unquantized else dict(rotate=True, clip=RECOMMENDED_CLIP)
+        got = comm.reduce_scatter(xs[rank].to(dev), chain=chain)
+        outs = reference.reduce_scatter([to_numpy(x) for x in xs], chain=mine, dtype="bf16", **q)
+        assert same_bits(got, from_numpy(outs[rank], torch.bfloat16, got)), (call, size, below)
+        # the all-gather of the segments (the same dispatch rule: the message's size, whole granules)
+        gathered = comm.all_gather(got)
+        want = reference.all_gather(outs, dtype="bf16", **q)[rank]
+        assert gathered.shape == (size,) and same_bits(gathered, from_numpy(want, torch.bfloat16, gathered)), (call, size)
+    # misuse: refused with a clear error, the chain unchanged
+    x = torch.randn(world * 128 * 4, device=dev, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="needs a chain"):
+        comm.reduce_scatter(x)
+    with pytest.raises(ValueError, match="whole number of the quantizer's groups|groups"):
+        comm.reduce_scatter(torch.randn(world * 100, device=dev, dtype=torch.bfloat16), chain=chain)
+    with pytest.raises(ValueError, match="out must be"):
+        comm.reduce_scatter(x, out=torch.empty(7, device=dev, dtype=torch.bfloat16), chain=chain)
+    with pytest.raises(ValueError, match="overlap"):
+        comm.reduce_scatter(x, out=x[: x.numel() // world], chain=chain)
+    xs = rank_inputs(9, world * 256 * 3000, torch.bfloat16, world)  # the chain went on as if they were not made
+    got = comm.reduce_scatter(xs[rank].to(dev), chain=chain)
+    want = reference.reduce_scatter([to_numpy(x) for x in xs], chain=mine, dtype="bf16", rotate=True,
+                                    clip=RECOMMENDED_CLIP)[rank]
+    assert same_bits(got, from_numpy(want, torch.bfloat16, got))
+    comm.check()
+    comm.close()
+    plain = make(SP_CONFIGS[0], n)
+    with pytest.raises(ValueError, match="sequence_parallel=True"):
+        plain.reduce_scatter(torch.zeros(n, device=dev), chain=plain.new_chain())
+    plain.close()
+
+
+def test_sequence_parallel_pair_equals_the_reference():
+    run_ranks(_sequence_parallel, backend=BACKEND)

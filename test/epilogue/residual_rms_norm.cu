@@ -198,33 +198,36 @@ void graph_replays(const echo::all_reduce_options& opt) {
   }
 }
 
-/// Options with the rows in the all-reduce's last launch (never) or a launch of their own from
-/// `from` bytes.
-echo::all_reduce_options rows_own_from(size_t from) {
+/// Options with the rows in the all-reduce's last launch at the sizes of `band`, elsewhere as a
+/// launch of their own.
+echo::all_reduce_options rows_in(echo::tuning::size_band band) {
   echo::all_reduce_options opt;
-  opt.epilogue_launch_from_bytes = from;
+  opt.epilogue_in_launch_bytes = band;
   return opt;
 }
+
+constexpr echo::tuning::size_band every_size{0, echo::tuning::never}, no_size{};
 
 }  // namespace
 
 TEST_CASE("fused epilogue in a CUDA graph: captured once, replayed on fresh inputs and residuals") {
-  graph_replays(rows_own_from(echo::tuning::never));
-  graph_replays(rows_own_from(0));  // the rows' own launch captured after the pipeline's
+  graph_replays(rows_in(every_size));
+  graph_replays(rows_in(no_size));  // the rows' own launch captured after the pipeline's
 }
 
-TEST_CASE("fused epilogue with its rows as a launch of their own (options.epilogue_launch_from_bytes)") {
+TEST_CASE("fused epilogue with its rows as a launch of their own (options.epilogue_in_launch_bytes)") {
   // every call: the same bits as the rows in the last launch
-  reference_check<za4, ef16, bf16> rc(600 * 128 + 2 * 16384, rows_own_from(0));
+  reference_check<za4, ef16, bf16> rc(600 * 128 + 2 * 16384, rows_in(no_size));
   for (const auto& s : shapes) fused_step(rc, s.first, s.second);
   fused_step(rc, 9, 4096, {true, false, false});
   fused_step(rc, 9, 4096, {false, true, false});
   fused_step(rc, 9, 4096, {false, false, true});
-  // from 64 KiB: calls on either side of it, one chain
-  reference_check<echo::default_quantizer, ef8, bf16> mixed(64 * 4096, rows_own_from(64 << 10));
-  for (size_t tokens : {64, 2, 16, 3, 64, 8}) fused_step(mixed, tokens, 4096);
+  // in the launch from 32 KiB to 128 KiB (a row: 8 KiB): calls on either side of both edges and
+  // on them, one chain
+  reference_check<echo::default_quantizer, ef8, bf16> mixed(64 * 4096, rows_in({32 << 10, 128 << 10}));
+  for (size_t tokens : {64, 2, 16, 3, 8, 4, 15, 64, 8}) fused_step(mixed, tokens, 4096);
   // rank-local: ranks that disagree still agree on every bit
-  auto opt = [](int rank) { return rows_own_from(rank == 0 ? 0 : echo::tuning::never); };
+  auto opt = [](int rank) { return rows_in(rank == 0 ? no_size : every_size); };
   reference_check<za4, ef16, bf16> split(16 * 4096, opt);
   for (size_t tokens : {16, 5, 16}) fused_step(split, tokens, 4096);
 }

@@ -2,8 +2,8 @@
 // row by one warp (when the rows outnumber the grid's warps) or by up to 8 (a decode step's few
 // rows), in the order of residual_rms_norm.cuh's sum_order either way. The transports' kernels
 // call apply_rows() once the whole message is written (after a grid-wide barrier);
-// epilogue_kernel is the same as a launch of its own (transport::nccl, P = 1, a cuda_ipc call from
-// the dispatch table's epilogue_launch_from, and the unfused baseline of the benchmarks).
+// epilogue_kernel is the same as a launch of its own (transport::nccl, P = 1, a cuda_ipc call outside
+// the dispatch table's epilogue_in_launch band, and the unfused baseline of the benchmarks).
 #pragma once
 
 #include "../detail/ceil_div.cuh"

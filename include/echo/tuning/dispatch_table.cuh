@@ -9,14 +9,12 @@
 #pragma once
 
 #include "../config.cuh"
+#include "size_band.cuh"
 
 #include <cstdint>
 #include <cstring>
 
 namespace echo::tuning {
-
-/// The size a tier is never taken from.
-inline constexpr size_t never = SIZE_MAX;
 
 /// The sizes of one row. The mid tier (quantized calls, where the policy has a mid variant) runs
 /// from mid_from to the call's wide size, which depends on its call_weight (pipeline_policy.cuh).
@@ -28,7 +26,12 @@ struct dispatch_sizes {
   size_t mid_to_heavy = never;       ///< ... and wide from here: codes above 4 bits
   size_t mid_to_lean = never;        ///< 4 bits or fewer without state
   size_t mid_to_stateful = never;    ///< 4 bits or fewer with error-feedback state
-  size_t epilogue_launch_from = never;  ///< a fused call's rows run as a launch of their own (else in its last launch)
+  /// A call with an epilogue normalises its rows in the all-reduce's last launch at these sizes,
+  /// elsewhere in a launch of its own right after it. Measured on Hopper (docs/benchmarks.md, "The
+  /// fused epilogue"): in the launch from 2 MiB, where the rows read back from L2 what the gather
+  /// stored; below, the grid barrier before them costs more than the second launch; from 16 MiB
+  /// the rows are bound by HBM and a launch of their own has the whole GPU's warps for them.
+  size_band epilogue_in_launch{size_t(2) << 20, size_t(16) << 20};
 };
 
 /// One row: the GPU (a substring of cudaDeviceProp::name), P, the transport's name, the link
@@ -48,7 +51,11 @@ struct dispatch_entry {
   constexpr dispatch_entry mid_to_heavy(size_t b) const { return with(&dispatch_sizes::mid_to_heavy, b); }
   constexpr dispatch_entry mid_to_lean(size_t b) const { return with(&dispatch_sizes::mid_to_lean, b); }
   constexpr dispatch_entry mid_to_stateful(size_t b) const { return with(&dispatch_sizes::mid_to_stateful, b); }
-  constexpr dispatch_entry epilogue_launch_from(size_t b) const { return with(&dispatch_sizes::epilogue_launch_from, b); }
+  constexpr dispatch_entry epilogue_in_launch(size_t from, size_t to) const {
+    dispatch_entry e = *this;
+    e.sizes.epilogue_in_launch = size_band{from, to};
+    return e;
+  }
 
  private:
   constexpr dispatch_entry with(size_t dispatch_sizes::*field, size_t b) const {

@@ -39,9 +39,11 @@ inline ncclComm_t make_nccl(const bootstrap& b) {
 
 }  // namespace detail
 
-template <class Q, class Transport, class C>
+/// Ops: collective::with_sequence_parallel for the entries marked tool::torch_sp (quantizer and
+/// compensator), else collective::all_reduce_only.
+template <class Q, class Transport, class C, class Ops>
 class instance_impl final : public instance {
-  using AR = echo::all_reduce<Q, Transport, C>;
+  using AR = echo::all_reduce<Q, Transport, C, echo::tuning::default_policy, Ops>;
   static constexpr bool nccl = std::is_same<Transport, echo::transport::nccl::tag>::value;
 
  public:
@@ -82,6 +84,20 @@ class instance_impl final : public instance {
     return (*ar_)(t, in, out, n, static_cast<cudaStream_t>(stream), e, view(state, state_bytes), mode);
   }
 
+  echo::status reduce_scatter(echo::dtype t, const void* in, void* out, size_t n, void* stream, void* state,
+                              size_t state_bytes) override {
+    if constexpr (Ops::sequence_parallel)
+      return ar_->reduce_scatter(t, in, out, n, static_cast<cudaStream_t>(stream), view(state, state_bytes));
+    (void)t, (void)in, (void)out, (void)n, (void)stream, (void)state, (void)state_bytes;
+    return echo::status::invalid_argument;
+  }
+
+  echo::status all_gather(echo::dtype t, const void* in, void* out, size_t m, void* stream) override {
+    if constexpr (Ops::sequence_parallel) return ar_->all_gather(t, in, out, m, static_cast<cudaStream_t>(stream));
+    (void)t, (void)in, (void)out, (void)m, (void)stream;
+    return echo::status::invalid_argument;
+  }
+
   echo::status update(echo::dtype t, const void* in, size_t n, void* stream, void* state, size_t state_bytes) override {
     return ar_->update(t, in, n, static_cast<cudaStream_t>(stream), view(state, state_bytes));
   }
@@ -91,6 +107,7 @@ class instance_impl final : public instance {
   std::string last_error() const override { return ar_->last_error(); }
   size_t state_bytes(size_t n) const override { return AR::state_bytes(n); }
   size_t unquantized_below_bytes() const override { return ar_->unquantized_below_bytes(); }
+  bool sequence_parallel() const override { return Ops::sequence_parallel; }
 
  private:
   typename AR::view_type view(void* state, size_t bytes) const {
@@ -104,20 +121,27 @@ class instance_impl final : public instance {
   std::unique_ptr<AR> ar_;
 };
 
-template <class Q, class Transport, class C>
+template <class Q, class Transport, class C, class Ops>
 std::unique_ptr<instance> make(const bootstrap& b, const options& o) {
-  return std::make_unique<instance_impl<Q, Transport, C>>(b, o);
+  return std::make_unique<instance_impl<Q, Transport, C, Ops>>(b, o);
 }
 
-/// The pairs of shard Shard of Shards marked Tools, over Transport.
+/// The pairs of shard Shard of Shards marked Tools, over Transport; over cuda_ipc a pair whose
+/// quantizer and compensator are both marked tool::torch_sp serves the sequence-parallel pair too.
 template <class Transport, unsigned Tools, std::size_t Shard, std::size_t Shards>
 void add_transport_shard(std::vector<entry>& table, unsigned order_base) {
   for_each_pair<Tools, Shard, Shards>([&](auto q, auto c, const key& k) {
     using Q = typename decltype(q)::type;
     using C = typename decltype(c)::type;
+    constexpr bool sp = std::is_same<Transport, echo::transport::cuda_ipc::tag>::value &&
+                        (decltype(q)::tools & decltype(c)::tools & echo::tool::torch_sp) != 0;
+    static_assert(!sp || !echo::comp::stores_in_data_steps<C>::value,
+                  "echo registry: a compensator marked torch_sp stores its errors in data steps, which the "
+                  "reduce-scatter's owner segment does not have (all_reduce::reduce_scatter)");
+    using Ops = std::conditional_t<sp, echo::collective::with_sequence_parallel, echo::collective::all_reduce_only>;
     key name = k;
     name.order += order_base;
-    table.push_back({name, Transport::name, &make<Q, Transport, C>});
+    table.push_back({name, Transport::name, sp, &make<Q, Transport, C, Ops>});
   });
 }
 

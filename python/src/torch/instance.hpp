@@ -43,6 +43,11 @@ class instance {
   virtual echo::status all_reduce_rms_norm(echo::dtype, const void* in, void* out, size_t n, void* stream, void* state,
                                            size_t state_bytes, bool deferred, bool closes,
                                            const echo::epilogue::residual_rms_norm<void>& e) = 0;
+  /// The sequence-parallel reduce-scatter (n values in, this rank's n / P out) and all-gather (m
+  /// in, P m out); status::invalid_argument from an object that does not serve them.
+  virtual echo::status reduce_scatter(echo::dtype, const void* in, void* out, size_t n, void* stream, void* state,
+                                      size_t state_bytes) = 0;
+  virtual echo::status all_gather(echo::dtype, const void* in, void* out, size_t m, void* stream) = 0;
   /// The deferred half.
   virtual echo::status update(echo::dtype, const void* in, size_t n, void* stream, void* state, size_t state_bytes) = 0;
   virtual echo::status check() = 0;
@@ -50,6 +55,8 @@ class instance {
   /// Bytes of chain state n elements need (0: the compensator keeps none).
   virtual size_t state_bytes(size_t n) const = 0;
   virtual size_t unquantized_below_bytes() const = 0;
+  /// Whether reduce_scatter and all_gather serve (echo::sequence_parallel).
+  virtual bool sequence_parallel() const = 0;
 };
 
 using factory = std::unique_ptr<instance> (*)(const bootstrap&, const options&);
@@ -57,13 +64,15 @@ using factory = std::unique_ptr<instance> (*)(const bootstrap&, const options&);
 struct entry {
   key name;  ///< quantizer, compensator and registry order (common/registry.hpp; nccl's after cuda_ipc's)
   const char* transport;
+  bool sequence_parallel;  ///< the object serves reduce_scatter and all_gather (tool::torch_sp)
   factory make;
 };
 
 /// Every compiled instantiation (table.cpp), in the registry's order.
 const std::vector<entry>& table();
-/// The entry for these names; throws std::invalid_argument naming what exists.
+/// The entry for these names (with sequence_parallel: one that serves it); throws
+/// std::invalid_argument naming what exists.
 const entry& find(const std::string& quant, int bits, int group, bool rotate, int clip, const std::string& comp,
-                  const std::string& storage, const std::string& transport);
+                  const std::string& storage, const std::string& transport, bool sequence_parallel);
 
 }  // namespace echo_py::torch_ops

@@ -2,13 +2,17 @@
 //
 //   echo::create(ProcessGroup group, bool bootstrap_on_cuda, int device, int max_elements, str quant,
 //                int bits, int group_size, str comp, str storage, str transport,
-//                int unquantized_below_bytes, float spin_limit_s, bool rotate, int clip) -> int  (collective)
+//                int unquantized_below_bytes, float spin_limit_s, bool rotate, int clip,
+//                bool sequence_parallel) -> int                               (collective)
 //   echo::all_reduce(int handle, Tensor input, Tensor(a!) out, Tensor(b!)? state, bool deferred,
 //                    bool closes) -> ()                       (closes: the chain's last call, at 8 bits)
 //   echo::all_reduce_rms_norm(int handle, Tensor input, Tensor(a!) out, Tensor(b!) residual, Tensor weight,
 //                             float epsilon, Tensor(c!)? state, bool deferred, bool closes) -> ()
 //                                   (the all-reduce, then residual += it and out = RMSNorm(residual) * weight)
 //   echo::update(int handle, Tensor input, Tensor(a!) state) -> ()                 (the deferred half)
+//   echo::reduce_scatter(int handle, Tensor input, Tensor(a!) out, Tensor(b!)? state) -> ()
+//                                   (out: this rank's segment of the sum, input.numel() / P values)
+//   echo::all_gather(int handle, Tensor input, Tensor(a!) out) -> ()    (out: the P ranks' inputs)
 //   echo::check(int handle) -> ()          raises if a launch saw a peer timeout / mismatch
 //   echo::destroy(int handle) -> ()
 //   echo::state_bytes(int handle, int n) -> int
@@ -39,6 +43,7 @@ struct slot {
   int device = 0;
   size_t max_elements = 0;
   bool keeps_state = false;
+  int ranks = 1;
 };
 
 std::mutex registry_mutex;
@@ -111,7 +116,7 @@ void raise_unless_success(echo::status st, const char* op, const instance& impl)
 int64_t create(const c10::intrusive_ptr<c10d::ProcessGroup>& group, bool bootstrap_on_cuda, int64_t device,
                int64_t max_elements, const std::string& quant, int64_t bits, int64_t group_size,
                const std::string& comp, const std::string& storage, const std::string& transport,
-               int64_t unquantized_below_bytes, double spin_limit_s, bool rotate, int64_t clip) {
+               int64_t unquantized_below_bytes, double spin_limit_s, bool rotate, int64_t clip, bool sequence_parallel) {
   const char* op = "echo.create";
   TORCH_CHECK_VALUE(max_elements > 0, op, ": max_elements must be > 0");
   TORCH_CHECK_VALUE(spin_limit_s > 0, op, ": spin_limit_s must be > 0");
@@ -120,7 +125,7 @@ int64_t create(const c10::intrusive_ptr<c10d::ProcessGroup>& group, bool bootstr
   const entry* e = nullptr;
   try {
     e = &find(quant, static_cast<int>(bits), static_cast<int>(group_size), rotate, static_cast<int>(clip), comp, storage,
-              transport);
+              transport, sequence_parallel);
   } catch (const std::invalid_argument& err) {
     TORCH_CHECK_VALUE(false, err.what());
   }
@@ -161,7 +166,7 @@ int64_t create(const c10::intrusive_ptr<c10d::ProcessGroup>& group, bool bootstr
   std::lock_guard<std::mutex> lock(registry_mutex);
   const bool keeps_state = impl->state_bytes(1) > 0;
   registry.push_back({std::shared_ptr<instance>(std::move(impl)), static_cast<int>(device), static_cast<size_t>(max_elements),
-                      keeps_state});
+                      keeps_state, b.size});
   return static_cast<int64_t>(registry.size());
 }
 
@@ -239,6 +244,49 @@ void update(int64_t handle, const at::Tensor& input, const at::Tensor& state) {
   raise_unless_success(s.impl->update(t, input.data_ptr(), n, stream, st.first, st.second), op, *s.impl);
 }
 
+/// The checks both sequence-parallel ops make: an object that serves them, input and out on its
+/// device, one dtype, out of `out_numel` elements for an input of `in_numel`.
+echo::dtype check_segments(const slot& s, const char* op, const at::Tensor& input, const at::Tensor& out) {
+  TORCH_CHECK_VALUE(s.impl->sequence_parallel(), op,
+                    ": this Echo object does not serve the sequence-parallel pair (create it with sequence_parallel=True)");
+  const echo::dtype t = echo_dtype(input, op);
+  check_tensor(input, op, "input", s);
+  check_tensor(out, op, "out", s);
+  TORCH_CHECK_VALUE(out.scalar_type() == input.scalar_type(), op, ": out is ", out.scalar_type(), ", input ",
+                    input.scalar_type());
+  return t;
+}
+
+void reduce_scatter(int64_t handle, const at::Tensor& input, const at::Tensor& out, const std::optional<at::Tensor>& state) {
+  const char* op = "echo.reduce_scatter";
+  const slot s = get(handle, op);
+  const echo::dtype t = check_segments(s, op, input, out);
+  const size_t n = static_cast<size_t>(input.numel());
+  TORCH_CHECK_VALUE(n % s.ranks == 0 && static_cast<size_t>(out.numel()) == n / s.ranks, op, ": out must have input's ",
+                    n, " elements / P = ", s.ranks, ", got ", out.numel());
+  TORCH_CHECK_VALUE(n <= s.max_elements, op, ": ", n, " elements exceed max_elements = ", s.max_elements);
+  const auto st = state_of(state, n, op, s);
+  if (n == 0) return;
+  c10::cuda::CUDAGuard guard(input.device());
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream(input.get_device()).stream();
+  raise_unless_success(s.impl->reduce_scatter(t, input.data_ptr(), out.data_ptr(), n, stream, st.first, st.second), op,
+                       *s.impl);
+}
+
+void all_gather(int64_t handle, const at::Tensor& input, const at::Tensor& out) {
+  const char* op = "echo.all_gather";
+  const slot s = get(handle, op);
+  const echo::dtype t = check_segments(s, op, input, out);
+  const size_t m = static_cast<size_t>(input.numel());
+  TORCH_CHECK_VALUE(static_cast<size_t>(out.numel()) == m * s.ranks, op, ": out must have P = ", s.ranks,
+                    " times input's ", m, " elements, got ", out.numel());
+  TORCH_CHECK_VALUE(m * s.ranks <= s.max_elements, op, ": P x ", m, " elements exceed max_elements = ", s.max_elements);
+  if (m == 0) return;
+  c10::cuda::CUDAGuard guard(input.device());
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream(input.get_device()).stream();
+  raise_unless_success(s.impl->all_gather(t, input.data_ptr(), out.data_ptr(), m, stream), op, *s.impl);
+}
+
 void check(int64_t handle) {
   const slot s = get(handle, "echo.check");
   raise_unless_success(s.impl->check(), "echo.check", *s.impl);
@@ -268,15 +316,15 @@ int64_t unquantized_below_bytes(int64_t handle) {
   return static_cast<int64_t>(get(handle, "echo.unquantized_below_bytes").impl->unquantized_below_bytes());
 }
 
-/// "quant bits group_size rotate clip comp storage transport" per entry (quant none: bits and group
-/// 0; rotate 0 or 1; clip in 1024ths, 1024: none).
+/// "quant bits group_size rotate clip comp storage transport sp" per entry (quant none: bits and
+/// group 0; rotate 0 or 1; clip in 1024ths, 1024: none; sp 1: it serves the sequence-parallel pair).
 std::vector<std::string> instantiations() {
   std::vector<std::string> v;
   for (const entry& e : table())
     v.push_back(std::string(e.name.quant.name) + " " + std::to_string(e.name.quant.bits) + " " +
                 std::to_string(e.name.quant.group) + " " + std::to_string(e.name.quant.rotate ? 1 : 0) + " " +
                 std::to_string(e.name.quant.clip) + " " + e.name.comp + " " + (*e.name.storage ? e.name.storage : "-") +
-                " " + e.transport);
+                " " + e.transport + " " + (e.sequence_parallel ? "1" : "0"));
   return v;
 }
 
@@ -292,6 +340,14 @@ void cpu_rms_norm_not_supported(int64_t, const at::Tensor&, const at::Tensor&, c
 void cpu_update_not_supported(int64_t, const at::Tensor&, const at::Tensor&) {
   TORCH_CHECK_VALUE(false, "echo.update: tensors must be on cuda:<this rank's device>, got CPU tensors");
 }
+void cpu_reduce_scatter_not_supported(int64_t, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&) {
+  TORCH_CHECK_VALUE(false, "echo.reduce_scatter: tensors must be on cuda:<this rank's device>, got CPU tensors "
+                           "(on CPU use EchoAllReduce(backend='reference'))");
+}
+void cpu_all_gather_not_supported(int64_t, const at::Tensor&, const at::Tensor&) {
+  TORCH_CHECK_VALUE(false, "echo.all_gather: tensors must be on cuda:<this rank's device>, got CPU tensors "
+                           "(on CPU use EchoAllReduce(backend='reference'))");
+}
 
 }  // namespace
 }  // namespace echo_py::torch_ops
@@ -301,13 +357,15 @@ TORCH_LIBRARY(echo, m) {
   m.def(
       "create(__torch__.torch.classes.c10d.ProcessGroup group, bool bootstrap_on_cuda, int device, int max_elements, "
       "str quant, int bits, int group_size, str comp, str storage, str transport, int unquantized_below_bytes, "
-      "float spin_limit_s, bool rotate=False, int clip=1024) -> int",
+      "float spin_limit_s, bool rotate=False, int clip=1024, bool sequence_parallel=False) -> int",
       &create);
   m.def("all_reduce(int handle, Tensor input, Tensor(a!) out, Tensor(b!)? state=None, bool deferred=False, "
         "bool closes=False) -> ()");
   m.def("all_reduce_rms_norm(int handle, Tensor input, Tensor(a!) out, Tensor(b!) residual, Tensor weight, "
         "float epsilon, Tensor(c!)? state=None, bool deferred=False, bool closes=False) -> ()");
   m.def("update(int handle, Tensor input, Tensor(a!) state) -> ()");
+  m.def("reduce_scatter(int handle, Tensor input, Tensor(a!) out, Tensor(b!)? state=None) -> ()");
+  m.def("all_gather(int handle, Tensor input, Tensor(a!) out) -> ()");
   m.def("check(int handle) -> ()", &check);
   m.def("destroy(int handle) -> ()", &destroy);
   m.def("state_bytes(int handle, int n) -> int", &state_bytes);
@@ -319,10 +377,14 @@ TORCH_LIBRARY_IMPL(echo, CUDA, m) {
   m.impl("all_reduce", &echo_py::torch_ops::all_reduce);
   m.impl("all_reduce_rms_norm", &echo_py::torch_ops::all_reduce_rms_norm);
   m.impl("update", &echo_py::torch_ops::update);
+  m.impl("reduce_scatter", &echo_py::torch_ops::reduce_scatter);
+  m.impl("all_gather", &echo_py::torch_ops::all_gather);
 }
 
 TORCH_LIBRARY_IMPL(echo, CPU, m) {
   m.impl("all_reduce", &echo_py::torch_ops::cpu_not_supported);
   m.impl("all_reduce_rms_norm", &echo_py::torch_ops::cpu_rms_norm_not_supported);
   m.impl("update", &echo_py::torch_ops::cpu_update_not_supported);
+  m.impl("reduce_scatter", &echo_py::torch_ops::cpu_reduce_scatter_not_supported);
+  m.impl("all_gather", &echo_py::torch_ops::cpu_all_gather_not_supported);
 }

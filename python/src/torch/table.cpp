@@ -22,11 +22,14 @@ const std::vector<entry>& table() {
 }
 
 const entry& find(const std::string& quant, int bits, int group, bool rotate, int clip, const std::string& comp,
-                  const std::string& storage, const std::string& transport) {
+                  const std::string& storage, const std::string& transport, bool sequence_parallel) {
   for (const entry& e : table())
-    if (transport == e.transport && matches(e.name, quant, bits, group, rotate, clip, comp, storage)) return e;
+    if (transport == e.transport && matches(e.name, quant, bits, group, rotate, clip, comp, storage) &&
+        (e.sequence_parallel || !sequence_parallel))
+      return e;
   throw no_entry("echo", quant, bits, group, rotate, clip, comp, storage,
-                 " transport='" + transport + "'; compiled: torch.ops.echo.instantiations()");
+                 " transport='" + transport + "'" + (sequence_parallel ? " serving sequence_parallel" : "") +
+                     "; compiled: torch.ops.echo.instantiations()");
 }
 
 }  // namespace echo_py::torch_ops

@@ -277,7 +277,7 @@ class engine {
         wide_from_unquantized_ = d.wide_from_unquantized;
       }
       mid_from_ = opt.mid_policy_from_bytes.value_or(d.mid_from);
-      epilogue_launch_from_ = opt.epilogue_launch_from_bytes.value_or(d.epilogue_launch_from);
+      epilogue_in_launch_ = opt.epilogue_in_launch_bytes.value_or(d.epilogue_in_launch);
     });
     agree_tiers(setup, call);
     if (P == 1) return setup.agree();
@@ -496,7 +496,7 @@ class engine {
     p.subtiles = static_cast<int>(pl.U);
     p.ring = pl.ring;
     p.epilogue = c.epilogue;
-    p.rows_in_kernel = c.n * sizeof(T) < epilogue_launch_from_;
+    p.rows_in_kernel = epilogue_in_launch_.holds(c.n * sizeof(T));
     p.layout = layout_;
     p.channel = channel();
     const status s = with_kernel<Cfg>(c.op, [&](auto k) {
@@ -620,7 +620,7 @@ class engine {
   const char* error_ = "";
   size_t wide_from_ = tuning::never, wide_from_unquantized_ = tuning::never;
   size_t mid_from_ = tuning::never, mid_to_heavy_ = tuning::never, mid_to_lean_ = tuning::never, mid_to_stateful_ = tuning::never;
-  size_t epilogue_launch_from_ = tuning::never;  ///< rank-local: the rows' bits are the same either way
+  tuning::size_band epilogue_in_launch_;  ///< rank-local: the rows' bits are the same either way
   bool colocated_ = false;  ///< ranks of comm share a CUDA context (ranks_per_context)
   uint64_t group_ = 0;      ///< names this object's group among the process's (ranks_per_context)
   colocated_streams::log calls_;  ///< this rank's calls, for claim_stream
