@@ -14,7 +14,7 @@
 // times are then kernel times with the ranks' kernels side by side, not link times.
 #include <echo/echo.cuh>
 
-#include <unistd.h>  // getopt
+#include "harness/sweep_args.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -35,18 +35,6 @@ using bf16 = echo::bfloat16_t;
     const cudaError_t e_ = (expr);                                                                  \
     if (e_ != cudaSuccess) throw std::runtime_error(std::string(#expr) + ": " + cudaGetErrorString(e_)); \
   } while (0)
-
-size_t parse_size(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-  }
-  return static_cast<size_t>(v);
-}
 
 struct rank_buffers {
   int device = 0;
@@ -170,18 +158,18 @@ class bench {
 };
 
 template <class AR>
-void run(const std::vector<echo::communicator>& comms, echo::tuning::size_band table, size_t lo, size_t hi,
-         size_t factor, size_t hidden, int iters, int warmup, int rounds) {
-  bench<AR> b(comms, std::max(hi / sizeof(bf16), hidden), hidden);
+void run(const std::vector<echo::communicator>& comms, echo::tuning::size_band table, const echo_bench::sweep_args& a,
+         size_t hidden) {
+  bench<AR> b(comms, std::max(a.hi / sizeof(bf16), hidden), hidden);
   std::printf("# %10s %9s %6s %10s %12s %10s %10s %10s %10s %6s\n", "size", "values", "rows", "bare(us)", "unfused(us)",
               "fused in", "fused own", "unfused /", "unfused /", "table");
   std::printf("# %10s %9s %6s %10s %12s %10s %10s %10s %10s %6s\n", "", "", "", "", "", "(us)", "(us)", "fused in",
               "fused own", "picks");
-  for (size_t bytes = lo; bytes <= hi; bytes *= factor) {
+  for (size_t bytes = a.lo; bytes <= a.hi; bytes *= a.factor) {
     const size_t n = std::max(hidden, bytes / sizeof(bf16) / hidden * hidden);
     std::vector<double> t[variants];
-    for (int k = 0; k < rounds; ++k)
-      for (int v = 0; v < variants; ++v) t[v].push_back(b.time(static_cast<variant>(v), n, hidden, iters, warmup));
+    for (int k = 0; k < a.rounds; ++k)
+      for (int v = 0; v < variants; ++v) t[v].push_back(b.time(static_cast<variant>(v), n, hidden, a.iters, a.warmup));
     double m[variants];
     for (int v = 0; v < variants; ++v) {
       std::sort(t[v].begin(), t[v].end());
@@ -190,57 +178,46 @@ void run(const std::vector<echo::communicator>& comms, echo::tuning::size_band t
     std::printf("  %10zu %9zu %6zu %10.2f %12.2f %10.2f %10.2f %9.3fx %9.3fx %6s\n", n * sizeof(bf16), n, n / hidden, m[0],
                 m[1], m[2], m[3], m[1] / m[2], m[1] / m[3], table.holds(n * sizeof(bf16)) ? "in" : "own");
     std::fflush(stdout);
-    if (factor <= 1) break;
+    if (a.factor <= 1) break;
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int ranks = 2, iters = 50, warmup = 10, rounds = 5;
-  size_t lo = 8 << 10, hi = size_t(256) << 20, factor = 4, hidden = 4096;
-  std::string quant = "default";
-  int c;
-  while ((c = getopt(argc, argv, "g:b:e:f:H:n:w:r:q:h")) != -1) {
-    switch (c) {
-      case 'g': ranks = std::atoi(optarg); break;
-      case 'b': lo = parse_size(optarg); break;
-      case 'e': hi = parse_size(optarg); break;
-      case 'f': factor = static_cast<size_t>(std::atoi(optarg)); break;
-      case 'H': hidden = static_cast<size_t>(std::atoi(optarg)); break;
-      case 'n': iters = std::atoi(optarg); break;
-      case 'w': warmup = std::atoi(optarg); break;
-      case 'r': rounds = std::atoi(optarg); break;
-      case 'q': quant = optarg; break;
-      default:
-        std::fprintf(stderr, "usage: echo-fused [-g RANKS] [-b 8K] [-e 256M] [-f 4] [-H 4096] [-n 50] [-w 10] [-r 5] [-q default|none]\n");
-        return c == 'h' ? 0 : 2;
-    }
-  }
-  int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) {
-    std::printf("echo-fused: no GPU (skipped)\n");
-    return 77;
-  }
-  if (ranks < 2 || ranks > echo::transport::cuda_ipc::max_ranks || hidden == 0 || hidden % 8 || hidden > echo::epilogue::max_hidden ||
-      iters < 1 || rounds < 1 || lo == 0 || hi < lo || (quant != "default" && quant != "none")) {
+  echo_bench::sweep_args a;
+  a.lo = 8 << 10;
+  a.hi = size_t(256) << 20;
+  size_t hidden = 4096;
+  if (const int code = echo_bench::parse_sweep(argc, argv, "echo-fused",
+                                               "[-g RANKS] [-b 8K] [-e 256M] [-f 4] [-H 4096] [-n 50] [-w 10] [-r 5] [-q default|none]",
+                                               "H:", a, [&](int c, const char* v) {
+                                                 hidden = static_cast<size_t>(std::atoi(v));
+                                                 return c == 'H';
+                                               }))
+    return code;
+  const int gpus = echo_bench::gpus_or_skip("echo-fused");
+  if (gpus == 0) return 77;
+  if (a.ranks > echo::transport::cuda_ipc::max_ranks || hidden == 0 || hidden % 8 || hidden > echo::epilogue::max_hidden ||
+      (a.quant != "default" && a.quant != "none")) {
     std::fprintf(stderr, "echo-fused: bad flags\n");
     return 2;
   }
+  const int ranks = a.ranks;
   std::vector<int> devices;
   for (int r = 0; r < ranks; ++r) devices.push_back(r % gpus);
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   std::printf("# echo-fused: %s, P = %d on %d GPU(s)%s, bf16 rows of %zu, -q %s, median of %d rounds of %d calls\n",
               prop.name, ranks, std::min(gpus, ranks), ranks > gpus ? " (ranks share GPUs: kernel time, not link time)" : "",
-              hidden, quant.c_str(), rounds, iters);
+              hidden, a.quant.c_str(), a.rounds, a.iters);
   try {
     const auto comms = echo::communicator::local(devices, false);
     // The form the dispatch table picks at each size (the pipeline's; the one-shot kernel keeps
     // its rows in its launch).
     const auto table = echo::tuning::lookup_dispatch(prop.name, ranks, "cuda_ipc", "p2p").sizes.epilogue_in_launch;
-    if (quant == "default") run<echo::default_all_reduce<>>(comms, table, lo, hi, factor, hidden, iters, warmup, rounds);
-    else run<echo::all_reduce<echo::quant::none>>(comms, table, lo, hi, factor, hidden, iters, warmup, rounds);
+    if (a.quant == "default") run<echo::default_all_reduce<>>(comms, table, a, hidden);
+    else run<echo::all_reduce<echo::quant::none>>(comms, table, a, hidden);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "echo-fused: %s\n", e.what());
     return 1;

@@ -8,11 +8,12 @@
 // default: echo::default_quantizer with its int8 error state (what a sequence-parallel run
 // uses), zero_aware: 4-bit g128 with a bf16 error state; every size quantized (no dispatch). Time:
 // CUDA events around -n calls on every rank's stream, the slowest rank; the median of -r rounds
-// that alternate the variants. With more ranks than GPUs the ranks share them (rank r on GPU
-// r % GPUs): kernel times with the ranks' kernels side by side, not link times, and no NCCL.
+// that alternate the variants; with nccl-tests' algbw and busbw (GB/s). With more ranks than GPUs
+// the ranks share them (rank r on GPU r % GPUs): kernel times with the ranks' kernels side by
+// side, not link times, and no NCCL.
 #include <echo/echo.cuh>
 
-#include <unistd.h>  // getopt
+#include "harness/sweep_args.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -32,18 +33,6 @@ using bf16 = echo::bfloat16_t;
     const cudaError_t e_ = (expr);                                                                  \
     if (e_ != cudaSuccess) throw std::runtime_error(std::string(#expr) + ": " + cudaGetErrorString(e_)); \
   } while (0)
-
-size_t parse_size(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-  }
-  return static_cast<size_t>(v);
-}
 
 enum class variant { all_reduce, reduce_scatter, all_gather, nccl_reduce_scatter, nccl_all_gather };
 constexpr int variants = 5;
@@ -157,66 +146,62 @@ class bench {
 };
 
 template <class SP>
-void run(const std::vector<echo::communicator>& comms, bool nccl, size_t lo, size_t hi, size_t factor, int iters, int warmup,
-         int rounds) {
+void run(const std::vector<echo::communicator>& comms, bool nccl, const echo_bench::sweep_args& a) {
   const size_t P = comms.size(), unit = P * 256;  // P segments of whole groups (and of 16 bytes)
-  bench<SP> b(comms, std::max(hi / sizeof(bf16) / unit * unit, unit));
+  bench<SP> b(comms, std::max(a.hi / sizeof(bf16) / unit * unit, unit));
   const int shown = nccl ? variants : 3;
+  // nccl-tests' columns: algbw = message bytes / time; busbw = algbw x 2 (P - 1) / P for the
+  // all-reduce, x (P - 1) / P for the reduce-scatter and the all-gather (the bytes each rank's link
+  // carries, so the three compare on one scale).
+  const auto bus = [P](int v) { return (v == 0 ? 2.0 : 1.0) * double(P - 1) / double(P); };
   std::printf("# %10s %10s", "size", "values");
-  for (int v = 0; v < shown; ++v) std::printf(" %20s", (std::string(variant_name[v]) + "(us)").c_str());
-  std::printf(" %16s %16s\n", "(rs+ag)/ar", nccl ? "nccl/echo rs, ag" : "");
-  for (size_t bytes = lo; bytes <= hi; bytes *= factor) {
+  for (int v = 0; v < shown; ++v) std::printf(" %28s", variant_name[v]);
+  std::printf(" %11s %16s\n", "(rs+ag)/ar", nccl ? "nccl/echo rs, ag" : "");
+  std::printf("# %10s %10s", "(B)", "");
+  for (int v = 0; v < shown; ++v) std::printf(" %10s %8s %8s", "time(us)", "algbw", "busbw");
+  std::printf("\n");
+  for (size_t bytes = a.lo; bytes <= a.hi; bytes *= a.factor) {
     const size_t n = std::max(unit, bytes / sizeof(bf16) / unit * unit);
     std::vector<double> t[variants];
-    for (int k = 0; k < rounds; ++k)
-      for (int v = 0; v < shown; ++v) t[v].push_back(b.time(static_cast<variant>(v), n, iters, warmup));
+    for (int k = 0; k < a.rounds; ++k)
+      for (int v = 0; v < shown; ++v) t[v].push_back(b.time(static_cast<variant>(v), n, a.iters, a.warmup));
     double med[variants] = {};
     for (int v = 0; v < shown; ++v) {
       std::sort(t[v].begin(), t[v].end());
       med[v] = t[v][t[v].size() / 2];
     }
     std::printf("  %10zu %10zu", n * sizeof(bf16), n);
-    for (int v = 0; v < shown; ++v) std::printf(" %20.2f", med[v]);
-    std::printf(" %15.2fx", (med[1] + med[2]) / med[0]);
+    for (int v = 0; v < shown; ++v) {
+      const double algbw = double(n * sizeof(bf16)) / (med[v] * 1e3);  // GB/s
+      std::printf(" %10.2f %8.1f %8.1f", med[v], algbw, algbw * bus(v));
+    }
+    std::printf(" %10.2fx", (med[1] + med[2]) / med[0]);
     if (nccl) std::printf(" %7.2fx %6.2fx", med[3] / med[1], med[4] / med[2]);
     std::printf("\n");
     std::fflush(stdout);
-    if (factor <= 1) break;
+    if (a.factor <= 1) break;
   }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int ranks = 2, iters = 40, warmup = 8, rounds = 5;
-  size_t lo = size_t(1) << 20, hi = size_t(256) << 20, factor = 4;
-  std::string quant = "default";
-  int c;
-  while ((c = getopt(argc, argv, "g:b:e:f:n:w:r:q:h")) != -1) {
-    switch (c) {
-      case 'g': ranks = std::atoi(optarg); break;
-      case 'b': lo = parse_size(optarg); break;
-      case 'e': hi = parse_size(optarg); break;
-      case 'f': factor = static_cast<size_t>(std::atoi(optarg)); break;
-      case 'n': iters = std::atoi(optarg); break;
-      case 'w': warmup = std::atoi(optarg); break;
-      case 'r': rounds = std::atoi(optarg); break;
-      case 'q': quant = optarg; break;
-      default:
-        std::fprintf(stderr, "usage: echo-sp [-g RANKS] [-b 1M] [-e 256M] [-f 4] [-n 40] [-w 8] [-r 5] [-q default|zero_aware]\n");
-        return c == 'h' ? 0 : 2;
-    }
-  }
-  int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) {
-    std::printf("echo-sp: no GPU (skipped)\n");
-    return 77;
-  }
-  if (ranks < 2 || ranks > echo::transport::cuda_ipc::max_ranks || iters < 1 || rounds < 1 || lo == 0 || hi < lo ||
-      (quant != "default" && quant != "zero_aware")) {
+  echo_bench::sweep_args a;
+  a.lo = size_t(1) << 20;
+  a.hi = size_t(256) << 20;
+  a.iters = 40;
+  a.warmup = 8;
+  if (const int code = echo_bench::parse_sweep(argc, argv, "echo-sp",
+                                               "[-g RANKS] [-b 1M] [-e 256M] [-f 4] [-n 40] [-w 8] [-r 5] [-q default|zero_aware]",
+                                               "", a))
+    return code;
+  const int gpus = echo_bench::gpus_or_skip("echo-sp");
+  if (gpus == 0) return 77;
+  if (a.ranks > echo::transport::cuda_ipc::max_ranks || (a.quant != "default" && a.quant != "zero_aware")) {
     std::fprintf(stderr, "echo-sp: bad flags\n");
     return 2;
   }
+  const int ranks = a.ranks;
   const bool nccl = gpus >= ranks;  // NCCL refuses two ranks on one GPU
   std::vector<int> devices;
   for (int r = 0; r < ranks; ++r) devices.push_back(r % gpus);
@@ -224,15 +209,15 @@ int main(int argc, char** argv) {
   cudaGetDeviceProperties(&prop, 0);
   std::printf("# echo-sp: %s, P = %d on %d GPU(s)%s, bf16, -q %s, median of %d rounds of %d calls\n", prop.name, ranks,
               std::min(gpus, ranks), nccl ? "" : " (ranks share GPUs: kernel time, not link time; no NCCL)",
-              quant.c_str(), rounds, iters);
+              a.quant.c_str(), a.rounds, a.iters);
   try {
     const auto comms = echo::communicator::local(devices, nccl);
-    if (quant == "default")
+    if (a.quant == "default")
       run<echo::sequence_parallel<echo::default_quantizer, echo::transport::cuda_ipc::tag, echo::default_compensator>>(
-          comms, nccl, lo, hi, factor, iters, warmup, rounds);
+          comms, nccl, a);
     else
       run<echo::sequence_parallel<echo::quant::zero_aware<4, 128>, echo::transport::cuda_ipc::tag,
-                                  echo::comp::error_feedback<bf16>>>(comms, nccl, lo, hi, factor, iters, warmup, rounds);
+                                  echo::comp::error_feedback<bf16>>>(comms, nccl, a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "echo-sp: %s\n", e.what());
     return 1;

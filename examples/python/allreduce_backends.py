@@ -19,6 +19,11 @@ below=<unquantized_below_bytes>. `echo` alone takes the package's defaults. Two 
 FIT_RATIOS for the least squared error) and `+close16` (the closing call at 16 bits); they have no
 oracle, nor do rotation or clip with nz / sym beyond the reference's compiled entries.
 
+Sequence parallelism (`AllReduce(spec, ..., sequence_parallel=True)`): `reduce_scatter(x, chain)`
+gives this rank's segment of the sum (x's first dimension split over the ranks, Megatron-LM's
+layout) and `all_gather(x)` the ranks' segments one after the other; backends nccl (exact; over
+gloo the all-reduce cut to the segment), noop and echo.
+
 Chains: `new_chain()` gives one chain (one residual stream: a forward pass, or a backward pass);
 `reset(chain)` starts it again at the next pass. An all-zero chain is a fresh one.
 """
@@ -65,8 +70,9 @@ def parse(spec):
 class AllReduce:
     """x -> the sum of x over the group's ranks, in place (returns x)."""
 
-    def __init__(self, spec, group=None, max_elements=1 << 24, device=None):
+    def __init__(self, spec, group=None, max_elements=1 << 24, device=None, sequence_parallel=False):
         self.spec = spec
+        self.sequence_parallel = sequence_parallel
         self.backend, self.opts = parse(spec)
         self.group = group
         self.ranks = dist.get_world_size(group)
@@ -77,6 +83,10 @@ class AllReduce:
         self.closes = self.opts.pop("close", False)  # whether the pass's last call closes its chain
         if self.backend != "sim" and (self.opts.get("clip") == "fit" or self.closes == 16):
             raise ValueError(f"{spec!r}: +fit and +close16 exist in the sim backend only")
+        if sequence_parallel and self.backend not in ("nccl", "noop", "echo"):
+            raise ValueError(f"{spec!r}: sequence parallelism runs on the nccl, noop and echo backends")
+        if sequence_parallel and self.backend == "echo":
+            self.opts["sequence_parallel"] = True
         if self.backend == "echo":
             import echo_allreduce as ear
             if device is not None and torch.device(device).type == "cuda":  # the op, over any group (gloo too)
@@ -154,6 +164,40 @@ class AllReduce:
                               close=(self.closes if closes else None))
         x.copy_(outs[self.rank].view(x.shape))  # exact: the outputs are values of x's type
         return x
+
+    def reduce_scatter(self, x, chain=None):
+        """This rank's segment of the sum of x over the ranks (x's first dimension split)."""
+        P, k = self.ranks, x.shape[0] // self.ranks
+        if self.backend == "noop" or P == 1:
+            return x.narrow(0, self.rank * k, k).contiguous()
+        if self.backend == "echo":
+            if self.impl.fits_segments(x, True, chain):
+                return self.impl.reduce_scatter(x, chain=chain)
+            self.fallbacks += 1
+        out = torch.empty((k, *x.shape[1:]), dtype=x.dtype, device=x.device)
+        if "nccl" in str(dist.get_backend(self.group)):
+            dist.reduce_scatter_tensor(out, x.contiguous(), group=self.group)
+            return out
+        s = x.contiguous().clone()  # gloo has no reduce-scatter
+        dist.all_reduce(s, group=self.group)
+        return out.copy_(s.narrow(0, self.rank * k, k))
+
+    def all_gather(self, x):
+        """The ranks' x one after the other along the first dimension."""
+        P = self.ranks
+        if self.backend == "noop" or P == 1:
+            return x.repeat(P, *([1] * (x.dim() - 1)))
+        if self.backend == "echo":
+            if self.impl.fits_segments(x, False):
+                return self.impl.all_gather(x)
+            self.fallbacks += 1
+        out = torch.empty((P * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
+        if "nccl" in str(dist.get_backend(self.group)):
+            dist.all_gather_into_tensor(out, x.contiguous(), group=self.group)
+            return out
+        parts = [torch.empty_like(x) for _ in range(P)]
+        dist.all_gather(parts, x.contiguous(), group=self.group)
+        return torch.cat(parts, out=out)
 
     def exact(self, x):
         """An exact sum for bookkeeping (a gradient norm, a loss): always torch.distributed."""

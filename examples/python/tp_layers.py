@@ -4,6 +4,11 @@ A column-parallel linear holds a slice of the output features (its input gradien
 all-reduce in backward); a row-parallel linear holds a slice of the input features (its output
 needs an all-reduce in forward). Forward and backward all-reduces are different residual streams,
 so each keeps its own chain (Chains.fwd, Chains.bwd), reset at the start of every pass.
+
+With sequence parallelism (an AllReduce made with sequence_parallel=True) the activations between
+the layers are this rank's segment of the tokens: a column-parallel linear all-gathers its input
+(its gradient reduce-scattered on the backward chain), a row-parallel linear reduce-scatters its
+output (on the forward chain; its gradient all-gathered).
 """
 import os
 import socket
@@ -55,6 +60,45 @@ class _ReduceFromTP(torch.autograd.Function):
         return g, None
 
 
+class _GatherFromSP(torch.autograd.Function):
+    """All-gather of the token segments forward; reduce-scatter of the gradient (backward chain)."""
+
+    @staticmethod
+    def forward(ctx, x, chains):
+        ctx.chains = chains
+        return chains.ar.all_gather(x.contiguous())
+
+    @staticmethod
+    def backward(ctx, g):
+        return ctx.chains.ar.reduce_scatter(g.contiguous(), ctx.chains.bwd), None
+
+
+class _ScatterToSP(torch.autograd.Function):
+    """Reduce-scatter into this rank's token segment forward (forward chain); all-gather of the
+    gradient backward."""
+
+    @staticmethod
+    def forward(ctx, y, chains):
+        ctx.chains = chains
+        return chains.ar.reduce_scatter(y.contiguous(), chains.fwd)
+
+    @staticmethod
+    def backward(ctx, g):
+        return ctx.chains.ar.all_gather(g.contiguous()), None
+
+
+def gather_from_sp(x, chains):
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _GatherFromSP.apply(x, chains)
+    return chains.ar.all_gather(x.contiguous())
+
+
+def scatter_to_sp(y, chains):
+    if torch.is_grad_enabled() and y.requires_grad:
+        return _ScatterToSP.apply(y, chains)
+    return chains.ar.reduce_scatter(y.contiguous(), chains.fwd)
+
+
 def copy_to_tp(x, chains):
     return _CopyToTP.apply(x, chains) if torch.is_grad_enabled() and x.requires_grad else x
 
@@ -78,6 +122,8 @@ class ColumnParallelLinear(torch.nn.Module):
     def forward(self, x):
         if self.compute_dtype is not None:  # so the backward all-reduce carries compute_dtype
             x = x.to(self.compute_dtype)
+        if self.chains.ar.sequence_parallel:
+            return F.linear(gather_from_sp(x, self.chains), self.weight)
         return F.linear(copy_to_tp(x, self.chains), self.weight)
 
 
@@ -90,6 +136,8 @@ class RowParallelLinear(torch.nn.Module):
         self.chains = chains
 
     def forward(self, x):
+        if self.chains.ar.sequence_parallel:
+            return scatter_to_sp(F.linear(x, self.weight), self.chains)
         return reduce_from_tp(F.linear(x, self.weight), self.chains)
 
 

@@ -13,6 +13,15 @@ step. Embedding, norms and head are replicated: every all-reduce backend gives b
 outputs on all ranks, so their gradients agree without communication. bf16 autocast, fp32
 master weights, AdamW, cosine schedule, gradient clipping.
 
+With --sequence-parallel (Megatron-LM's sequence parallelism) the residual stream between the
+layers is this rank's segment of the batch's tokens: each layer's two all-reduces forward become
+a reduce-scatter after the row-parallel output and an all-gather before the column-parallel
+input (and the reverse backward, the reduce-scatters on the backward chain); norms, residual adds,
+the head and the loss run on the segment, and the gradients of the replicated parameters
+(embeddings, norms) are summed over the ranks exactly. With --share-gpu the ranks share the GPUs
+there are over a gloo group (NCCL refuses two ranks on one GPU): for the loss, not the speed; the
+exact reference is then Echo's 16-bit path (`echo:none`: the fp32 sum rounded once).
+
 Per variant the JSON holds the train loss every --log-every steps, the validation loss (fixed
 windows of the validation split) every --eval-every steps and at the end, the same final
 validation through the exact all-reduce, the step time and tokens/s, and the all-reduce's share
@@ -60,17 +69,19 @@ class Block(torch.nn.Module):
         self.fc1 = ColumnParallelLinear(w1[fs].contiguous(), chains, dtype)
         self.fc2 = RowParallelLinear(w2[:, fs].contiguous(), chains)
 
-    def forward(self, x):
-        B, T, _ = x.shape
+    def forward(self, x, B, T):
+        """x: (B, T, d), or with sequence parallelism this rank's segment of the B T tokens (m, d)."""
         q, k, v = self.qkv(self.norm1(x)).view(B, T, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(B, T, -1))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+        x = x + self.proj(a.reshape(B, T, -1) if x.dim() == 3 else a.reshape(B * T, -1))
         return x + self.fc2(F.gelu(self.fc1(self.norm2(x)), approximate="tanh"))
 
 
 class GPT(torch.nn.Module):
     def __init__(self, cfg, chains, rank, world, dtype):
         super().__init__()
+        self.rank, self.world = rank, world
+        self.sequence_parallel = chains.ar.sequence_parallel
         gen = torch.Generator().manual_seed(cfg.seed)
         self.wte = torch.nn.Parameter(torch.randn(cfg.vocab, cfg.d_model, generator=gen) * 0.02)
         self.wpe = torch.nn.Parameter(torch.randn(cfg.seq_len, cfg.d_model, generator=gen) * 0.01)
@@ -78,9 +89,17 @@ class GPT(torch.nn.Module):
         self.norm = torch.nn.RMSNorm(cfg.d_model)
 
     def forward(self, idx, targets):
-        x = self.wte[idx] + self.wpe[: idx.shape[1]]
+        """The mean loss over the tokens; with sequence parallelism over this rank's segment."""
+        B, T = idx.shape
+        if self.sequence_parallel:
+            m = B * T // self.world
+            seg = slice(self.rank * m, (self.rank + 1) * m)
+            pos = torch.arange(T, device=idx.device).repeat(B)[seg]
+            x, targets = self.wte[idx.reshape(-1)[seg]] + self.wpe[pos], targets.reshape(-1)[seg]
+        else:
+            x = self.wte[idx] + self.wpe[:T]
         for b in self.blocks:
-            x = b(x)
+            x = b(x, B, T)
         logits = F.linear(self.norm(x), self.wte)
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
 
@@ -124,7 +143,8 @@ class Run:
     def __init__(self, cfg, spec, dev):
         self.cfg, self.dev = cfg, dev
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.ar = AllReduce(spec, max_elements=cfg.batch * cfg.seq_len * cfg.d_model)
+        self.sp = cfg.sequence_parallel
+        self.ar = AllReduce(spec, max_elements=cfg.batch * cfg.seq_len * cfg.d_model, device=dev, sequence_parallel=self.sp)
         self.chains = Chains(self.ar)
         self.dtype = torch.bfloat16 if cfg.bf16 else torch.float32
         self.model = GPT(cfg, self.chains, self.rank, self.world, self.dtype).to(dev)
@@ -132,6 +152,29 @@ class Run:
         rest = [p for p in self.model.parameters() if p.dim() < 2]
         self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
                                      lr=cfg.lr, betas=(0.9, 0.95), fused=dev.type == "cuda")
+        sharded = {id(p) for p in self.model.sharded()}
+        self.replicated = [p for p in self.model.parameters() if id(p) not in sharded]
+        # With sequence parallelism each rank's replicated parameters see its segment only: their
+        # gradients are summed exactly (one flat fp32 message; over a shared GPU by Echo's 16-bit
+        # path, which sums in fp32 and rounds once: exact for fp32 at P = 2).
+        self.grad_sum = None
+        if self.sp and self.world > 1:
+            numel = sum(p.numel() for p in self.replicated)
+            self.grad_sum = AllReduce(cfg.exact, max_elements=numel, device=dev)
+
+    def sum_replicated_grads(self):
+        flat = torch.cat([p.grad.reshape(-1) for p in self.replicated])
+        self.grad_sum(flat)
+        off = 0
+        for p in self.replicated:
+            p.grad.copy_(flat[off:off + p.numel()].view_as(p.grad))
+            off += p.numel()
+
+    def mean_over_ranks(self, loss):
+        """The loss of the whole batch: with sequence parallelism the mean of the ranks' segments."""
+        if not self.sp:
+            return loss
+        return self.ar.exact(loss.detach().float().clone()) / self.world
 
     def loss(self, x, y):
         self.chains.start_forward()
@@ -141,7 +184,10 @@ class Run:
     def step(self, x, y, step):
         loss = self.loss(x, y)
         self.chains.start_backward()
-        loss.backward()
+        (loss / self.world if self.sp else loss).backward()
+        if self.grad_sum is not None:
+            self.sum_replicated_grads()
+        loss = self.mean_over_ranks(loss)
         # global gradient norm: sharded parameters summed over ranks (exactly), replicated once
         sh = {id(p) for p in self.model.sharded()}
         sq_sh = sum((p.grad.float() ** 2).sum() for p in self.model.parameters() if id(p) in sh)
@@ -162,7 +208,7 @@ class Run:
         total = torch.zeros((), device=self.dev)
         for i in range(0, windows.shape[0], self.cfg.batch):
             w = windows[i:i + self.cfg.batch]
-            total += self.loss(w[:, :-1], w[:, 1:]).float() * w.shape[0]
+            total += self.mean_over_ranks(self.loss(w[:, :-1], w[:, 1:])).float() * w.shape[0]
         self.chains.ar = saved
         return total.item() / windows.shape[0]
 
@@ -181,7 +227,8 @@ def timed(run, it, steps, start):
 def train_variant(cfg, spec, train, windows, dev, log):
     torch.manual_seed(cfg.seed)
     run = Run(cfg, spec, dev)
-    exact = AllReduce("nccl")
+    exact = AllReduce(cfg.exact, max_elements=cfg.batch * cfg.seq_len * cfg.d_model, device=dev,
+                      sequence_parallel=cfg.sequence_parallel)
     rec = {"spec": spec, "params": count_params(run.model, run.world), "train": [], "val": []}
     it = batches(train, cfg)
     t_start, t_steps, n_timed = time.perf_counter(), 0.0, 0
@@ -303,7 +350,15 @@ def main():
     ap.add_argument("--cpu", action="store_true", help="gloo on the CPU even where CUDA exists")
     ap.add_argument("--tiny", action="store_true", help="a tiny model for a CPU check of the pipeline")
     ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--sequence-parallel", action="store_true",
+                    help="Megatron-LM sequence parallelism: reduce-scatter / all-gather instead of all-reduce")
+    ap.add_argument("--share-gpu", action="store_true",
+                    help="the ranks share the GPUs there are (gloo group): for the loss, not the speed")
+    ap.add_argument("--exact", default=None,
+                    help="the exact all-reduce spec (default nccl; with --share-gpu echo:none)")
     cfg = ap.parse_args()
+    if cfg.exact is None:
+        cfg.exact = "echo:none" if cfg.share_gpu else "nccl"
     if cfg.tiny:
         cfg.d_model, cfg.n_layer, cfg.n_head, cfg.d_ff, cfg.seq_len, cfg.batch = 64, 2, 4, 256, 64, 4
         cfg.val_windows, cfg.warmup = min(cfg.val_windows, 8), 2

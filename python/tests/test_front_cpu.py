@@ -497,12 +497,19 @@ def test_ops_are_registered_with_their_schemas():
     schema = str(torch.ops.echo.all_reduce.default._schema)
     assert "Tensor(a!) out" in schema and "Tensor(b!)? state" in schema
     assert "Tensor(a!) state" in str(torch.ops.echo.update.default._schema)
-    table = torch.ops.echo.instantiations()
-    for g in (32, 64, 128):
-        assert f"zero_aware 4 {g} 0 1024 none - cuda_ipc" in table and f"zero_aware 8 {g} 0 1024 none - cuda_ipc" in table
-    assert "none 0 0 0 1024 none - cuda_ipc" in table and "zero_aware 4 128 0 1024 none - nccl" in table
-    assert "zero_aware 4 128 1 870 error_feedback int8 cuda_ipc" in table  # echo::default_all_reduce
+    for op, mutated in (("reduce_scatter", ("Tensor(a!) out", "Tensor(b!)? state")), ("all_gather", ("Tensor(a!) out",))):
+        assert all(m in str(getattr(torch.ops.echo, op).default._schema) for m in mutated), op
+    table = torch.ops.echo.instantiations()  # the last field: 1 where the entry serves sequence parallelism
+    for g in (32, 64):
+        assert f"zero_aware 4 {g} 0 1024 none - cuda_ipc 0" in table and f"zero_aware 8 {g} 0 1024 none - cuda_ipc 0" in table
+    for bits in (4, 8):
+        assert f"zero_aware {bits} 128 0 1024 none - cuda_ipc 1" in table
+        assert f"zero_aware {bits} 128 0 1024 error_feedback int8 cuda_ipc 1" in table
+        assert f"zero_aware {bits} 128 0 1024 error_feedback step8 cuda_ipc 0" in table  # no data step to keep
+    assert "none 0 0 0 1024 none - cuda_ipc 1" in table and "zero_aware 4 128 0 1024 none - nccl 0" in table
+    assert "zero_aware 4 128 1 870 error_feedback int8 cuda_ipc 1" in table  # echo::default_all_reduce
     assert not [e for e in table if " 870 error_feedback step" in e]  # comp::holds_errors_of
+    assert not [e for e in table if e.endswith("nccl 1")]
     with pytest.raises(ValueError, match="cuda:"):
         torch.ops.echo.all_reduce(1, torch.zeros(16), torch.zeros(16), None, False)
     with pytest.raises(ValueError, match="names no live"):
@@ -548,6 +555,39 @@ def test_compile_traces_a_tp_block_in_one_graph_with_both_chains_mutated():
     forward, backward = graphs
     assert forward.count("torch.ops.echo.all_reduce.default") == 1  # the row-parallel output
     assert backward.count("torch.ops.echo.all_reduce.default") == 1  # the column-parallel input gradient
+    assert "copy_" in backward  # the backward chain's mutation reaches the caller's tensor
+
+
+@needs_ops
+def test_compile_traces_a_sequence_parallel_block_with_both_chains_mutated():
+    from torch._dynamo.backends.common import aot_autograd
+    from functorch.compile import make_boxed_func
+
+    from echo_allreduce.autograd import gather_from_sp, reduce_scatter_to_sp
+
+    comm = _tracing_front()
+    comm.sequence_parallel, comm.quant, comm.group_size = True, "zero_aware", 128
+    fwd_chain = torch.zeros(4096, dtype=torch.uint8, device="meta")
+    bwd_chain = torch.zeros(4096, dtype=torch.uint8, device="meta")
+    w1 = torch.randn(64, 128, device="meta", requires_grad=True)
+    w2 = torch.randn(128, 64, device="meta", requires_grad=True)
+
+    def block(x):  # x: this rank's 8 of 16 tokens
+        h = torch.nn.functional.linear(gather_from_sp(x, comm, bwd_chain), w1)
+        return x + reduce_scatter_to_sp(torch.nn.functional.linear(torch.nn.functional.gelu(h), w2), comm, fwd_chain)
+
+    graphs = []
+
+    def keep(gm, _):
+        graphs.append(gm.code)
+        return make_boxed_func(gm.forward)
+
+    f = torch.compile(block, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
+    x = torch.randn(8, 128, device="meta", requires_grad=True)
+    f(x).sum().backward()
+    forward, backward = graphs
+    for graph in (forward, backward):  # forward: gather then scatter; backward: the reverse
+        assert graph.count("torch.ops.echo.all_gather.default") == 1 and graph.count("torch.ops.echo.reduce_scatter.default") == 1
     assert "copy_" in backward  # the backward chain's mutation reaches the caller's tensor
 
 

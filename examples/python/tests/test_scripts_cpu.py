@@ -47,6 +47,12 @@ def test_train_cpu(tmp_path):
         "--eval-every", "0", "--out", str(out))
     d = json.load(open(out))
     assert set(d["variants"]) == {"nccl", "sim:za4g128+ef"}
+    # sequence parallelism: the exact pair gives the loss the all-reduce gave (to rounding)
+    sp = tmp_path / "training-sp.json"
+    run("train_tp.py", "--cpu", "--tiny", "--steps", "3", "--variants", "nccl", "--noop-steps", "0",
+        "--eval-every", "0", "--sequence-parallel", "--out", str(sp))
+    got = json.load(open(sp))["variants"]["nccl"]["final_val"]
+    assert abs(got - d["variants"]["nccl"]["final_val"]) <= 1e-3 * abs(got), got
 
 
 def test_fused_block_cpu():
