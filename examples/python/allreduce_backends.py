@@ -22,7 +22,10 @@ oracle, nor do rotation or clip with nz / sym beyond the reference's compiled en
 Sequence parallelism (`AllReduce(spec, ..., sequence_parallel=True)`): `reduce_scatter(x, chain)`
 gives this rank's segment of the sum (x's first dimension split over the ranks, Megatron-LM's
 layout) and `all_gather(x)` the ranks' segments one after the other; backends nccl (exact; over
-gloo the all-reduce cut to the segment), noop and echo.
+gloo the all-reduce cut to the segment), noop and echo. On echo the option `gather=QUANT` codes
+the all-gather with another quantizer than the reduce-scatter's (e.g. `echo:za4g128+ef:gather=za8g128`
+or `gather=none`, the 16-bit path): the all-gather's error enters the next GEMM's input, where no
+chain can take it back.
 
 Chains: `new_chain()` gives one chain (one residual stream: a forward pass, or a backward pass);
 `reset(chain)` starts it again at the next pass. An all-zero chain is a fresh one.
@@ -85,6 +88,9 @@ class AllReduce:
             raise ValueError(f"{spec!r}: +fit and +close16 exist in the sim backend only")
         if sequence_parallel and self.backend not in ("nccl", "noop", "echo"):
             raise ValueError(f"{spec!r}: sequence parallelism runs on the nccl, noop and echo backends")
+        gather = self.opts.pop("gather", None)
+        if gather is not None and not (sequence_parallel and self.backend == "echo"):
+            raise ValueError(f"{spec!r}: gather= is an option of the echo backend's sequence parallelism")
         if sequence_parallel and self.backend == "echo":
             self.opts["sequence_parallel"] = True
         if self.backend == "echo":
@@ -93,6 +99,12 @@ class AllReduce:
                 self.opts.setdefault("backend", "cuda")
                 self.opts.setdefault("device", torch.device(device))
             self.impl = ear.EchoAllReduce(group or dist.group.WORLD, max_elements, **self.opts)
+            self.gather_impl = self.impl
+            if gather is not None:  # the all-gather's own object: its quantizer, no compensator
+                _, g = parse(f"echo:{gather}")
+                keep = {k: v for k, v in self.opts.items() if k in ("backend", "device", "unquantized_below_bytes")}
+                self.gather_impl = ear.EchoAllReduce(group or dist.group.WORLD, max_elements, sequence_parallel=True,
+                                                     **{**g, "comp": "none", **keep})
         elif self.backend in ("reference", "sim"):
             self.quant = self.opts.get("quant", "zero_aware")
             self.bits = self.opts.get("bits", 4)
@@ -188,8 +200,8 @@ class AllReduce:
         if self.backend == "noop" or P == 1:
             return x.repeat(P, *([1] * (x.dim() - 1)))
         if self.backend == "echo":
-            if self.impl.fits_segments(x, False):
-                return self.impl.all_gather(x)
+            if self.gather_impl.fits_segments(x, False):
+                return self.gather_impl.all_gather(x)
             self.fallbacks += 1
         out = torch.empty((P * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
         if "nccl" in str(dist.get_backend(self.group)):

@@ -642,7 +642,7 @@ def _sequence_parallel(rank, world):
     from echo_allreduce.front import RECOMMENDED_CLIP
 
     dev = device(rank)
-    n = 2 * 128 * 1031  # P = 2 segments of 1031 groups
+    n = world * 256 * 515  # P segments of 515 granules of 256 (the 16-bit path's), 1030 groups of 128
     for cfg in SP_CONFIGS:
         quant, bits, group, comp, storage = cfg
         comm = make(cfg, n, unquantized_below_bytes=0, sequence_parallel=True)
@@ -650,7 +650,7 @@ def _sequence_parallel(rank, world):
             chain = comm.new_chain()
             mine = reference.ChainState(world, n, storage) if comp == "error_feedback" else None
             kw = dict(quant=quant, bits=bits, group_size=group, dtype=dtype_name(dtype))
-            for call, (op, size) in enumerate([("rs", n), ("ar", n), ("rs", n), ("rs", n - 2 * 128 * 7), ("ar", n)]):
+            for call, (op, size) in enumerate([("rs", n), ("ar", n), ("rs", n), ("rs", n - world * 256 * 7), ("ar", n)]):
                 xs = [x.view(-1, 128) for x in rank_inputs(call, size, dtype, world)]
                 arrays = [to_numpy(x) for x in xs]
                 if op == "rs":
@@ -661,7 +661,7 @@ def _sequence_parallel(rank, world):
                     got = comm.all_reduce(xs[rank].to(dev), chain=chain)
                     want = reference.all_reduce(arrays, comp=comp, storage=storage, chain=mine, **kw)[rank]
                 assert same_bits(got, from_numpy(want, dtype, got)), (cfg, dtype, call, op)
-            for m in (128 * 1031, 128 * 3):
+            for m in (256 * 515, 256 * 3):
                 xs = rank_inputs(7, m, dtype, world)
                 got = comm.all_gather(xs[rank].to(dev))
                 want = reference.all_gather([to_numpy(x) for x in xs], **kw)[rank]
