@@ -211,11 +211,14 @@ class all_reduce {
     return typed(t, in, out, [&](const auto* i, auto* o) { return scatter(i, o, n, stream, state); });
   }
 
-  /// The sequence-parallel all-gather (reference/all_gather.cuh): in = this rank's m values, out =
-  /// the P segments (P m values, rank r's at [r m, (r + 1) m)), each sent as its owner's one code
-  /// and decoded on every rank, the owner's own included, so every rank holds the same bits. No
-  /// chain: what it injects is not added back into the stream it came from. m: whole quantizer
-  /// groups; the 16-bit path below the dispatch size as for reduce_scatter. cuda_ipc. Never throws.
+  /// The sequence-parallel all-gather (reference::all_gather<closing_quantizer>): in = this rank's m
+  /// values, out = the P segments (P m values, rank r's at [r m, (r + 1) m)), each sent as its
+  /// owner's one code and decoded on every rank, the owner's own included, so every rank holds the
+  /// same bits. The codes are the closing quantizer's (8 bits, Quant's family, group and transform):
+  /// no chain takes back what an all-gather injects (its output is the next GEMM's input, not a
+  /// residual stream), so it goes at the precision a chain's last call does (docs/quality.md,
+  /// "Training with sequence parallelism": at 4 bits a TP = 2 run diverged). m: whole groups; the
+  /// 16-bit path below the dispatch size as for reduce_scatter. cuda_ipc. Never throws.
   template <class T>
   status all_gather(const T* in, T* out, size_t m, cudaStream_t stream) {
     const size_t P = static_cast<size_t>(comm_.size());
@@ -442,9 +445,11 @@ class all_reduce {
     }
     // The 16-bit path cuts the message into granules of 256: only where that gives the same segments.
     const bool unquantized = n * sizeof(E) < unquantized_below_ && m % detail::granule_of<quant::none>() == 0;
+    // the all-gather goes through the closing quantizer (all_gather's comment says why)
+    const bool closing_codes = !scatter;
     collective::call_args<E> c{in, out, n, chain_state, state_update::fused, 0, is_capturing(stream),
-                               false, {}, op};
-    c.sig = call_signature<E>(n, unquantized, false, c.epilogue, op);
+                               closing_codes, {}, op};
+    c.sig = call_signature<E>(n, unquantized, closing_codes, c.epilogue, op);
     return dispatch(c, stream, unquantized);
   }
 

@@ -105,7 +105,7 @@ using registered_quantizers = type_list<
   registered_quantizer<detail::rot<detail::za<4, 32>>, tool::reference | tool::torch>,
   registered_quantizer<detail::rot<detail::za<4, 64>>, tool::reference | tool::torch>,
   registered_quantizer<detail::rot<detail::za<4, 128>>, tool::reference | tool::torch | tool::perf_bf16>,
-  registered_quantizer<detail::rot<detail::za<8, 128>>, tool::reference | tool::torch>,
+  registered_quantizer<detail::rot<detail::za<8, 128>>, tool::reference | tool::reference_sp | tool::torch>,
   registered_quantizer<detail::clip<detail::za<4, 128>, 870>, tool::reference | tool::torch>,
   registered_quantizer<detail::clip<detail::za<4, 128>, 952>, tool::reference>,
   registered_quantizer<detail::rot<detail::clip<detail::za<4, 64>, 870>>, tool::reference | tool::torch>,

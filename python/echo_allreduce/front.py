@@ -474,8 +474,10 @@ class EchoAllReduce:
         """Sequence parallelism's all-gather: the ranks' x (m values each, whole quantizer groups)
         one after the other, rank r's at ``[r m, (r + 1) m)`` (x of shape (s, ...) gives (P s,
         ...)). Each rank's x is sent as one code and decoded on every rank, its own included, so
-        every rank holds the same bits; no chain (what it injects is not added back into the
-        stream it came from). Returns out (new when None). Not in place. Needs
+        every rank holds the same bits. The codes are the closing call's (8 bits, the same group
+        and rotation, no clip): no chain takes back what an all-gather injects, since its output
+        is the next GEMM's input and not a residual stream (at 4 bits a TP = 2 training run
+        diverged, docs/quality.md). Returns out (new when None). Not in place. Needs
         ``sequence_parallel=True``."""
         return self._segments("all_gather", x, out, None)
 
@@ -581,6 +583,8 @@ class EchoAllReduce:
         rot, clip = (self.rotate, self.clip / 1024) if quant != "none" else (False, 1.0)
         kw = dict(quant=quant, bits=self.bits, group_size=self.group_size, dtype=t, rotate=rot,
                   clip=None if clip == 1 else clip)
+        if not scatter and quant != "none":  # the closing quantizer's codes (all_gather says why)
+            kw.update(bits=8, clip=None)
         if scatter:
             outs = reference.reduce_scatter(arrays, comp=comp, storage=self.storage if comp != "none" else "",
                                             chain=state, **kw)

@@ -1,5 +1,6 @@
 // echo::all_reduce's reduce_scatter and all_gather (the sequence-parallel pair) against
-// echo::reference::reduce_scatter / all_gather bit for bit on every rank: quantizers, element
+// echo::reference::reduce_scatter and all_gather (of the closing quantizer: the object's
+// all-gather codes with it) bit for bit on every rank: quantizers, element
 // types, chains (alone and mixed with all-reduces of the same n), segments that wrap the rings
 // over several rounds, the 16-bit path of the size dispatch, CUDA graphs, ranks that disagree, and
 // the misuse refused before anything runs.
@@ -60,12 +61,13 @@ void scatter_step(RC& rc, size_t n) {
   for (int r = 0; r < P; ++r) expect_equal(rc.out(r).download(m), want[r], "reduce_scatter", r, n);
 }
 
-/// One all-gather of m values a rank.
+/// One all-gather of m values a rank: the object codes it with its closing quantizer (Ref: the
+/// quantizer of the path the dispatch takes instead, the 16-bit one).
 template <class Ref = void, class RC>
 void gather_step(RC& rc, size_t m) {
   using Q = typename RC::quantizer;
   using T = typename RC::element;
-  using RQ = std::conditional_t<std::is_void<Ref>::value, Q, Ref>;
+  using RQ = std::conditional_t<std::is_void<Ref>::value, echo::quant::closing_of_t<Q>, Ref>;
   const int P = rc.ranks();
   const size_t n = m * static_cast<size_t>(P);
   const auto host_in = rc.upload_random(m);
@@ -147,7 +149,7 @@ TEST_CASE("the size dispatch: small segments of whole 256s take the 16-bit path,
   gather_step<echo::quant::none>(rc, 256 * 5);
   // a segment of 128 is not whole 256s: the quantizer takes it (its chain is a new n's)
   scatter_step<za4>(rc, 128 * P);
-  gather_step<za4>(rc, 128 * 3);
+  gather_step(rc, 128 * 3);  // (the closing quantizer's codes)
 }
 
 TEST_CASE("reduce_scatter and all_gather in a CUDA graph: captured once, replayed on fresh inputs") {
@@ -170,7 +172,7 @@ TEST_CASE("reduce_scatter and all_gather in a CUDA graph: captured once, replaye
     ECHO_TEST_CUDA(cudaGraphDestroy(g));
   }
   echo::reference::reduce_scatter<za4, ef16> rs(P);
-  echo::reference::all_gather<za4> ag(P);
+  echo::reference::all_gather<echo::quant::closing_of_t<za4>> ag(P);
   for (int it = 0; it < 10; ++it) {
     const auto host_in = rc.upload_random(n);
     for (int r = 0; r < P; ++r) {

@@ -29,7 +29,9 @@ struct call_args {
   state_update mode;
   uint32_t sig;          ///< signature of (n, element type, quantizer, compensator), the same on every rank
   bool capturing = false;  ///< the stream is capturing a CUDA graph (launches take no programmatic attribute)
-  bool closes = false;     ///< the call closes its chain: stored errors added, none kept, the chain left fresh
+  /// The call codes with the closing quantizer: a chain's last call (stored errors added, none
+  /// kept, the chain left fresh), or the sequence-parallel all-gather (no chain).
+  bool closes = false;
   epilogue::job<T> epilogue{};  ///< what follows the all-reduce on out (checked; kind::none: nothing)
   operation op = operation::all_reduce;  ///< n is the whole message's either way
 };

@@ -3,7 +3,8 @@
 // sequence-parallel all-gather. Rank r's segment (m values, a whole number of the quantizer's
 // groups) goes as one quantizer code; D(Q(x_r)) (transformed back) rounded to T is segment r of
 // every rank's output, the owner's included, so every rank holds the same bits. No error feedback:
-// what an all-gather injects is not added back into the stream it came from.
+// what an all-gather injects is not added back into the stream it came from. echo::all_reduce's
+// all_gather codes with its closing quantizer: its spec is all_gather<closing_of_t<Quant>>.
 #pragma once
 
 #include "../detail/fp_ops.cuh"

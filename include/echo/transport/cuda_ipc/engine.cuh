@@ -70,9 +70,10 @@ class engine {
   using Mid = tuning::mid_policy_t<Policy, Q, Comp>;
   template <class Q>
   static constexpr bool has_mid = Q::quantizes && !std::is_same<Mid<Q>, Policy>::value;
-  /// What a call that closes its chain codes with (under Policy only: run_closing).
+  /// What a call that closes its chain, and the sequence-parallel all-gather, code with (under
+  /// Policy only: run_closing).
   using Closing = quant::closing_of_t<Quant>;
-  static constexpr bool has_closing = Comp::keeps_state;
+  static constexpr bool has_closing = Comp::keeps_state || Config::ops::sequence_parallel;
 
  public:
   /// The largest one-shot message. The one-shot sum is exact in fp32 and rounded once to T, as
