@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
                                                  hidden = static_cast<size_t>(std::atoi(v));
                                                  return c == 'H';
                                                }))
-    return code;
+    return code < 0 ? 0 : code;
   const int gpus = echo_bench::gpus_or_skip("echo-fused");
   if (gpus == 0) return 77;
   if (a.ranks > echo::transport::cuda_ipc::max_ranks || hidden == 0 || hidden % 8 || hidden > echo::epilogue::max_hidden ||

@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
   if (const int code = echo_bench::parse_sweep(argc, argv, "echo-sp",
                                                "[-g RANKS] [-b 1M] [-e 256M] [-f 4] [-n 40] [-w 8] [-r 5] [-q default|zero_aware]",
                                                "", a))
-    return code;
+    return code < 0 ? 0 : code;
   const int gpus = echo_bench::gpus_or_skip("echo-sp");
   if (gpus == 0) return 77;
   if (a.ranks > echo::transport::cuda_ipc::max_ranks || (a.quant != "default" && a.quant != "zero_aware")) {

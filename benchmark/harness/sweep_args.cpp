@@ -30,7 +30,9 @@ int parse_sweep(int argc, char** argv, const char* tool, const char* usage, cons
         case 'w': a.warmup = std::atoi(optarg); break;
         case 'r': a.rounds = std::atoi(optarg); break;
         case 'q': a.quant = optarg; break;
-        case 'h': return bad(0);
+        case 'h':
+          bad(0);
+          return -1;
         default:
           if (c == '?' || !own || !own(c, optarg)) return bad(2);
       }

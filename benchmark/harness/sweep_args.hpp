@@ -17,7 +17,8 @@ struct sweep_args {
 
 /// Parses -g RANKS -b LO -e HI -f FACTOR -n ITERS -w WARMUP -r ROUNDS -q QUANT into `a` (which holds
 /// the tool's defaults), and the letters of `extra` ("H:" for -H VALUE) through own(letter, value),
-/// which returns false for a bad value. 0: go on; else the exit code (usage printed: 0 for -h).
+/// which returns false for a bad value. 0: go on; -1: -h (usage printed; exit 0); else the exit
+/// code of bad flags (usage printed).
 int parse_sweep(int argc, char** argv, const char* tool, const char* usage, const char* extra, sweep_args& a,
                 const std::function<bool(int, const char*)>& own = {});
 

@@ -22,10 +22,10 @@ oracle, nor do rotation or clip with nz / sym beyond the reference's compiled en
 Sequence parallelism (`AllReduce(spec, ..., sequence_parallel=True)`): `reduce_scatter(x, chain)`
 gives this rank's segment of the sum (x's first dimension split over the ranks, Megatron-LM's
 layout) and `all_gather(x)` the ranks' segments one after the other; backends nccl (exact; over
-gloo the all-reduce cut to the segment), noop and echo. On echo the option `gather=QUANT` codes
-the all-gather with another quantizer than the reduce-scatter's (e.g. `echo:za4g128+ef:gather=za8g128`
-or `gather=none`, the 16-bit path): the all-gather's error enters the next GEMM's input, where no
-chain can take it back.
+gloo the all-reduce cut to the segment), noop and echo. Echo's all-gather codes with its object's closing
+quantizer (8 bits, the reduce-scatter's group and transform); `gather=QUANT` runs it on an object
+of its own instead, whose closing codes are then the ones sent (`gather=none`: the 16-bit path;
+`gather=za8g128`: 8 bits without the rotation).
 
 Chains: `new_chain()` gives one chain (one residual stream: a forward pass, or a backward pass);
 `reset(chain)` starts it again at the next pass. An all-zero chain is a fresh one.

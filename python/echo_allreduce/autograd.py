@@ -106,23 +106,23 @@ def _gather(x: torch.Tensor, comm) -> torch.Tensor:
 class _ReduceScatterToSP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, comm, chain):
-        ctx.comm = comm
+        ctx.comm, ctx.shape = comm, x.shape
         return _scatter(x, comm, chain)
 
     @staticmethod
-    def backward(ctx, grad):
-        return _gather(grad, ctx.comm), None, None
+    def backward(ctx, grad):  # (a flat segment when x's first dimension does not split: x's shape back)
+        return _gather(grad, ctx.comm).view(ctx.shape), None, None
 
 
 class _GatherFromSP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, comm, chain):
-        ctx.comm, ctx.chain = comm, chain
+        ctx.comm, ctx.chain, ctx.shape = comm, chain, x.shape
         return _gather(x, comm)
 
     @staticmethod
     def backward(ctx, grad):
-        return _scatter(grad, ctx.comm, ctx.chain), None, None
+        return _scatter(grad, ctx.comm, ctx.chain).view(ctx.shape), None, None
 
 
 def reduce_scatter_to_sp(x: torch.Tensor, comm, chain=None) -> torch.Tensor:

@@ -22,7 +22,8 @@ segment of the sequence (the first dimension, s / P rows): a column-parallel lay
 input (its gradient reduce-scattered on the backward chain), a row-parallel layer reduce-scatters
 its output (on the forward chain; its gradient all-gathered). Norms, residual adds and dropout
 between them run on the segment; parameters they hold see only their segment's rows, so their
-gradients are summed over the ranks (``TensorParallel.sum_replicated_grads``).
+gradients are summed over the ranks (``TensorParallel.sum_replicated_grads``), and so are those of
+the row-parallel layers' biases (added to the segment after the reduce-scatter).
 
 Weights are drawn for the full layer from ``torch.Generator`` seeded with ``seed`` and then sliced,
 so a TP model equals its single-device twin built with the same seeds (what the tests compare).
@@ -71,7 +72,8 @@ class TensorParallel:
 
     def sum_replicated_grads(self, params) -> None:
         """Sequence parallelism: sum the gradients of parameters every rank holds whole but applies
-        to its own segment only (norm weights, a shared embedding), exactly over the ranks."""
+        to its own segment only (norm weights, a shared embedding, a RowParallelLinear's bias),
+        exactly over the ranks."""
         import torch.distributed as dist
 
         for p in params:

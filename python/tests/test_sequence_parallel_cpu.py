@@ -165,6 +165,12 @@ def _autograd(rank, world):
         z.backward(full[rank])
         assert np.array_equal(to_numpy(s.grad), reference.reduce_scatter([to_numpy(g) for g in full], chain=ref_bwd,
                                                                           **q)[rank])
+    # a first dimension that does not split over the ranks: a flat segment, x's shape back in backward
+    x = rank_inputs(7, 3 * 256, torch.float32, world)[rank].view(3, 256).requires_grad_()
+    y = reduce_scatter_to_sp(x, comm, fwd)
+    assert y.shape == (3 * 256 // world,)
+    y.backward(torch.ones_like(y))
+    assert x.grad.shape == (3, 256)
     # segments of 64 values (not whole groups of 128) and float64: exact, by torch.distributed
     for size, dtype in ((world * 64, torch.float32), (n, torch.float64)):
         parts = rank_inputs(9, size, torch.float32, world)
@@ -200,17 +206,18 @@ def _sp_mlp(rank, world):
         comm = EchoAllReduce(None, tokens * d, quant=quant, backend="reference", sequence_parallel=True)
         tp = TensorParallel(comm, sequence_parallel=True)
         fc1 = ColumnParallelLinear(d, h, tp, bias=False, seed=1)
-        fc2 = RowParallelLinear(h, d, tp, bias=False, seed=2)
+        fc2 = RowParallelLinear(h, d, tp, seed=2)  # its bias (zeros) applies to the segment
         norm = torch.nn.RMSNorm(d)
         tp.new_pass()
         xe = x[rows].clone().requires_grad_()
         y = xe + fc2(torch.nn.functional.gelu(fc1(norm(xe))))
         assert y.shape == (tokens // world, d)
         y.sum().backward()
-        tp.sum_replicated_grads(norm.parameters())
+        tp.sum_replicated_grads([*norm.parameters(), fc2.bias])
         assert (y - want[rows]).abs().max().item() <= tol * want.abs().max().item(), quant
         assert (xe.grad - xt.grad[rows]).abs().max().item() <= tol * xt.grad.abs().max().item(), quant
         assert (norm.weight.grad - norm_t.weight.grad).abs().max().item() <= tol * norm_t.weight.grad.abs().max().item()
+        assert torch.equal(fc2.bias.grad, torch.full((d,), float(tokens)))  # d sum(y) / d bias: every token's 1
     with pytest.raises(ValueError, match="sequence_parallel=True"):
         TensorParallel(EchoAllReduce(None, 1024, backend="reference"), sequence_parallel=True)
     with pytest.raises(ValueError, match="does not close"):
