@@ -127,7 +127,7 @@ using registered_compensators = type_list<
   registered_compensator<comp::error_feedback<comp::step8_state>, tool::reference | tool::torch | tool::torch_nccl | tool::perf | tool::sim_storage>,
   registered_compensator<comp::error_feedback<comp::int8_state>, tool::reference | tool::torch | tool::torch_sp | tool::torch_nccl | tool::perf | tool::sim_storage>,
   registered_compensator<comp::error_feedback<bfloat16_t>, tool::reference | tool::torch | tool::torch_nccl | tool::sim_storage>,
-  registered_compensator<comp::error_feedback<float>, tool::reference | tool::torch | tool::torch_sp | tool::torch_nccl | tool::sim>,
+  registered_compensator<comp::error_feedback<float>, tool::reference | tool::torch | tool::torch_nccl | tool::sim>,
   registered_compensator<comp::error_feedback<comp::int4_state>, tool::sim_storage>,
   registered_compensator<comp::error_feedback<comp::step4_state>, tool::sim_storage>>;
 // clang-format on

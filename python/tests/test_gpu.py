@@ -627,7 +627,7 @@ def test_fused_add_rms_norm_equals_the_reference():
 # ---- the sequence-parallel pair ----------------------------------------------------------------
 SP_CONFIGS = [  # the entries marked tool::torch_sp (echo/registry.cuh), every storage they take
     ("zero_aware", 4, 128, "error_feedback", "int8"),
-    ("zero_aware", 8, 128, "error_feedback", "float"),
+    ("zero_aware", 8, 128, "error_feedback", "int8"),
     ("zero_aware", 4, 128, "none", ""),
     ("none", 4, 128, "error_feedback", "int8"),
 ]
