@@ -93,10 +93,10 @@ using za = quant::zero_aware<B, G>;
 using registered_quantizers = type_list<
   registered_quantizer<quant::zero_aware<4, 32>, tool::reference | tool::torch>,
   registered_quantizer<quant::zero_aware<4, 64>, tool::reference | tool::torch>,
-  registered_quantizer<quant::zero_aware<4, 128>, tool::reference | tool::reference_sp | tool::torch | tool::torch_sp | tool::torch_nccl | tool::perf | tool::sim | tool::sim_storage>,
+  registered_quantizer<quant::zero_aware<4, 128>, tool::reference | tool::reference_sp | tool::torch | tool::torch_nccl | tool::perf | tool::sim | tool::sim_storage>,
   registered_quantizer<quant::zero_aware<8, 32>, tool::reference | tool::torch>,
   registered_quantizer<quant::zero_aware<8, 64>, tool::reference | tool::torch>,
-  registered_quantizer<quant::zero_aware<8, 128>, tool::reference | tool::reference_sp | tool::torch | tool::torch_sp | tool::torch_nccl | tool::perf>,
+  registered_quantizer<quant::zero_aware<8, 128>, tool::reference | tool::reference_sp | tool::torch | tool::torch_nccl | tool::perf>,
   registered_quantizer<quant::symmetric<4, 128>, tool::reference | tool::torch | tool::perf | tool::sim>,
   registered_quantizer<quant::naive_zero_point<4, 128>, tool::reference | tool::torch | tool::perf | tool::sim>,
   registered_quantizer<quant::none, tool::reference | tool::reference_sp | tool::torch | tool::torch_sp | tool::torch_nccl | tool::perf | tool::sim>,
