@@ -525,11 +525,25 @@ def _tracing_front():
     return comm
 
 
-@needs_ops
-def test_compile_traces_a_tp_block_in_one_graph_with_both_chains_mutated():
+def _traced_graphs(block, x):
+    """The code of the forward and the backward graph torch.compile makes of block (one graph
+    each, fullgraph), after a forward and backward pass on x."""
     from torch._dynamo.backends.common import aot_autograd
     from functorch.compile import make_boxed_func
 
+    graphs = []
+
+    def keep(gm, _):
+        graphs.append(gm.code)
+        return make_boxed_func(gm.forward)
+
+    f = torch.compile(block, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
+    f(x).sum().backward()
+    return graphs
+
+
+@needs_ops
+def test_compile_traces_a_tp_block_in_one_graph_with_both_chains_mutated():
     from echo_allreduce.autograd import copy_to_tp, reduce_from_tp
 
     comm = _tracing_front()
@@ -542,16 +556,7 @@ def test_compile_traces_a_tp_block_in_one_graph_with_both_chains_mutated():
         h = torch.nn.functional.linear(copy_to_tp(x, comm, bwd_chain), w1)
         return x + reduce_from_tp(torch.nn.functional.linear(torch.nn.functional.gelu(h), w2), comm, fwd_chain)
 
-    graphs = []
-
-    def keep(gm, _):
-        graphs.append(gm.code)
-        return make_boxed_func(gm.forward)
-
-    f = torch.compile(block, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
-    x = torch.randn(8, 32, device="meta", requires_grad=True)
-    f(x).sum().backward()
-    forward, backward = graphs
+    forward, backward = _traced_graphs(block, torch.randn(8, 32, device="meta", requires_grad=True))
     assert forward.count("torch.ops.echo.all_reduce.default") == 1  # the row-parallel output
     assert backward.count("torch.ops.echo.all_reduce.default") == 1  # the column-parallel input gradient
     assert "copy_" in backward  # the backward chain's mutation reaches the caller's tensor
@@ -559,9 +564,6 @@ def test_compile_traces_a_tp_block_in_one_graph_with_both_chains_mutated():
 
 @needs_ops
 def test_compile_traces_a_sequence_parallel_block_with_both_chains_mutated():
-    from torch._dynamo.backends.common import aot_autograd
-    from functorch.compile import make_boxed_func
-
     from echo_allreduce.autograd import gather_from_sp, reduce_scatter_to_sp
 
     comm = _tracing_front()
@@ -575,16 +577,7 @@ def test_compile_traces_a_sequence_parallel_block_with_both_chains_mutated():
         h = torch.nn.functional.linear(gather_from_sp(x, comm, bwd_chain), w1)
         return x + reduce_scatter_to_sp(torch.nn.functional.linear(torch.nn.functional.gelu(h), w2), comm, fwd_chain)
 
-    graphs = []
-
-    def keep(gm, _):
-        graphs.append(gm.code)
-        return make_boxed_func(gm.forward)
-
-    f = torch.compile(block, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep), fullgraph=True)
-    x = torch.randn(8, 128, device="meta", requires_grad=True)
-    f(x).sum().backward()
-    forward, backward = graphs
+    forward, backward = _traced_graphs(block, torch.randn(8, 128, device="meta", requires_grad=True))
     for graph in (forward, backward):  # forward: gather then scatter; backward: the reverse
         assert graph.count("torch.ops.echo.all_gather.default") == 1 and graph.count("torch.ops.echo.reduce_scatter.default") == 1
     assert "copy_" in backward  # the backward chain's mutation reaches the caller's tensor
