@@ -411,13 +411,27 @@ class engine {
   struct kernel_tag {
     static constexpr auto value = K;
   };
-  /// f(kernel_tag<the pipeline kernel of Cfg for op>): the pair's kernels exist only where the
-  /// object serves them.
+  /// Which pair operations Q's kernels serve on this object: the reduce-scatter codes with Quant (or
+  /// quant::none below the dispatch size), the all-gather with Closing (or quant::none); no
+  /// kernel is built for an operation its quantizer never runs.
+  template <class Q>
+  static constexpr bool scatters = Config::ops::sequence_parallel &&
+                                   (std::is_same<Q, Quant>::value || std::is_same<Q, quant::none>::value);
+  template <class Q>
+  static constexpr bool gathers = Config::ops::sequence_parallel &&
+                                  (std::is_same<Q, Closing>::value || std::is_same<Q, quant::none>::value);
+
+  /// f(kernel_tag<the pipeline kernel of Cfg for op>). The callers route every operation to a
+  /// quantizer that serves it (all_reduce's dispatch); an operation Q does not serve gets the
+  /// all-reduce kernel, which is never reached.
   template <class Cfg, class F>
   static decltype(auto) with_kernel(collective::operation op, F&& f) {
     using collective::operation;
-    if constexpr (Config::ops::sequence_parallel) {
+    using Q = typename Cfg::quant;
+    if constexpr (scatters<Q>) {
       if (op == operation::reduce_scatter) return f(kernel_tag<pipeline_kernel<Cfg, operation::reduce_scatter>>{});
+    }
+    if constexpr (gathers<Q>) {
       if (op == operation::all_gather) return f(kernel_tag<pipeline_kernel<Cfg, operation::all_gather>>{});
     }
     return f(kernel_tag<pipeline_kernel<Cfg>>{});
@@ -431,10 +445,8 @@ class engine {
       (void)max_grid<Pol, decltype(k)::value>();  // its occupancy query too
     };
     load(kernel_tag<pipeline_kernel<Cfg>>{});
-    if constexpr (Config::ops::sequence_parallel) {
-      load(kernel_tag<pipeline_kernel<Cfg, collective::operation::reduce_scatter>>{});
-      load(kernel_tag<pipeline_kernel<Cfg, collective::operation::all_gather>>{});
-    }
+    if constexpr (scatters<Q>) load(kernel_tag<pipeline_kernel<Cfg, collective::operation::reduce_scatter>>{});
+    if constexpr (gathers<Q>) load(kernel_tag<pipeline_kernel<Cfg, collective::operation::all_gather>>{});
   }
 
   template <class T>
