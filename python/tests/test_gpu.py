@@ -700,7 +700,7 @@ def _sequence_parallel(rank, world):
     assert same_bits(got, from_numpy(want, torch.bfloat16, got))
     comm.check()
     comm.close()
-    plain = make(SP_CONFIGS[0], n)
+    plain = make(SP_CONFIGS[0], n, rotate=True, clip=RECOMMENDED_CLIP)
     with pytest.raises(ValueError, match="sequence_parallel=True"):
         plain.reduce_scatter(torch.zeros(n, device=dev), chain=plain.new_chain())
     plain.close()
