@@ -421,9 +421,8 @@ class engine {
   static constexpr bool gathers = Config::ops::sequence_parallel &&
                                   (std::is_same<Q, Closing>::value || std::is_same<Q, quant::none>::value);
 
-  /// f(kernel_tag<the pipeline kernel of Cfg for op>). The callers route every operation to a
-  /// quantizer that serves it (all_reduce's dispatch); an operation Q does not serve gets the
-  /// all-reduce kernel, which is never reached.
+  /// f(kernel_tag<the pipeline kernel of Cfg for op>), for an op that Cfg's quantizer serves
+  /// (make_plan refuses the others before any launch).
   template <class Cfg, class F>
   static decltype(auto) with_kernel(collective::operation op, F&& f) {
     using collective::operation;
@@ -466,6 +465,14 @@ class engine {
   template <class Pol, class Q, class T>
   plan make_plan(size_t n, collective::operation op) const {
     using Cfg = collective::tile_config<Q, T, Comp, Pol>;
+    // Every launch is planned first: an operation routed to a quantizer that does not serve it
+    // is refused here, alike on every rank, rather than run through another operation's kernel.
+    if ((op == collective::operation::reduce_scatter && !scatters<Q>) ||
+        (op == collective::operation::all_gather && !gathers<Q>)) {
+      plan refused;
+      refused.why = "op: not served through this quantizer on this object";
+      return refused;
+    }
     plan_inputs in;
     const size_t seg0 = echo::detail::partition{n, echo::detail::granule_of<Q>(), comm_.size()}.size(0);
     in.subs0 = echo::detail::ceil_div(seg0, Cfg::sub_elems);
