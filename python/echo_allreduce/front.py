@@ -583,8 +583,6 @@ class EchoAllReduce:
         rot, clip = (self.rotate, self.clip / 1024) if quant != "none" else (False, 1.0)
         kw = dict(quant=quant, bits=self.bits, group_size=self.group_size, dtype=t, rotate=rot,
                   clip=None if clip == 1 else clip)
-        if not scatter and quant != "none":  # the closing quantizer's codes (all_gather says why)
-            kw.update(bits=8, clip=None)
         if scatter:
             outs = reference.reduce_scatter(arrays, comp=comp, storage=self.storage if comp != "none" else "",
                                             chain=state, **kw)

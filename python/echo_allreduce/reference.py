@@ -140,10 +140,12 @@ def all_gather(
     rotate: bool = False,
     clip: Optional[float] = None,
 ) -> list[np.ndarray]:
-    """Echo's all-gather over ``len(inputs)`` simulated ranks (``echo::reference::all_gather``):
-    each rank's segment (``inputs[r]``, m values, whole groups) is quantized once, and every rank,
-    its owner included, decodes the same codes, so all ranks hold the same bits. Returns one flat
-    array of ``P m`` values a rank (segment j from rank j)."""
+    """Echo's all-gather over ``len(inputs)`` simulated ranks, as an object of these parameters
+    runs it (``echo::reference::all_gather`` of the named quantizer's closing one: 8 bits, the
+    same family, group and rotation, no clip): each rank's segment (``inputs[r]``, m values, whole
+    groups) is quantized once, and every rank, its owner included, decodes the same codes, so all
+    ranks hold the same bits. Returns one flat array of ``P m`` values a rank (segment j from rank
+    j)."""
     xs, t, _ = _inputs("all_gather", inputs, dtype)
     m, p = xs[0].size, len(xs)
     out = _outputs("all_gather", out, p, (m * p,), t)

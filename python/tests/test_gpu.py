@@ -663,8 +663,7 @@ def _sequence_parallel(rank, world):
             for m in (256 * 515, 256 * 3):
                 xs = rank_inputs(7, m, dtype, world)
                 got = comm.all_gather(xs[rank].to(dev))
-                closing = {**kw, "bits": 8, "clip": None} if quant != "none" else kw  # the all-gather's codes
-                want = reference.all_gather([to_numpy(x) for x in xs], **closing)[rank]
+                want = reference.all_gather([to_numpy(x) for x in xs], **kw)[rank]
                 assert got.shape == (world * m,) and same_bits(got, from_numpy(want, dtype, got)), (cfg, dtype, m)
         comm.check()
         comm.close()
@@ -681,7 +680,7 @@ def _sequence_parallel(rank, world):
         assert same_bits(got, from_numpy(outs[rank], torch.bfloat16, got)), (call, size, below)
         # the all-gather of the segments (the same dispatch rule: the message's size, whole granules)
         gathered = comm.all_gather(got)
-        want = reference.all_gather(outs, dtype="bf16", **(q if unquantized else dict(rotate=True, bits=8)))[rank]
+        want = reference.all_gather(outs, dtype="bf16", **q)[rank]
         assert gathered.shape == (size,) and same_bits(gathered, from_numpy(want, torch.bfloat16, gathered)), (call, size)
     # misuse: refused with a clear error, the chain unchanged
     x = torch.randn(world * 128 * 4, device=dev, dtype=torch.bfloat16)

@@ -59,8 +59,7 @@ def _pair_is_the_reference(rank, world):
             out = torch.empty(world, 128 * 3, dtype=dtype)
             got = comm.all_gather(segs[rank], out=out)
             assert got is out
-            closing = {**{k: v for k, v in r.items() if k not in ("chain", "clip")}, "bits": 8}  # the all-gather's codes
-            want = reference.all_gather([to_numpy(s) for s in segs], **closing)[rank]
+            want = reference.all_gather([to_numpy(s) for s in segs], **{k: v for k, v in r.items() if k != "chain"})[rank]
             assert same_bits(got, _as(want, got)), (kw, dtype)
     # below unquantized_below_bytes: the 16-bit path where a segment is whole granules of 256
     comm = EchoAllReduce(None, n * 4, backend="reference", sequence_parallel=True, unquantized_below_bytes=1 << 20)
@@ -72,8 +71,7 @@ def _pair_is_the_reference(rank, world):
         outs = reference.reduce_scatter([to_numpy(x) for x in xs], chain=mine, dtype="bf16", **q)
         assert same_bits(got, _as(outs[rank], got)), (call, q)
         gathered = comm.all_gather(got)
-        g = q if "quant" in q else dict(rotate=True, bits=8)
-        assert same_bits(gathered, _as(reference.all_gather(outs, dtype="bf16", **g)[rank], gathered)), call
+        assert same_bits(gathered, _as(reference.all_gather(outs, dtype="bf16", **q)[rank], gathered)), call
 
 
 def test_reduce_scatter_and_all_gather_equal_the_reference():
@@ -148,7 +146,6 @@ def _autograd(rank, world):
     fwd, bwd = comm.new_chain(), comm.new_chain()
     ref_fwd, ref_bwd = (reference.ChainState(world, n, "int8") for _ in range(2))
     q = dict(rotate=True, clip=RECOMMENDED_CLIP)
-    g8 = dict(rotate=True, bits=8)  # the all-gather's codes: the closing call's
     for call in range(2):
         parts = rank_inputs(call, n, torch.float32, world)
         grads = rank_inputs(100 + call, m, torch.float32, world)
@@ -156,11 +153,11 @@ def _autograd(rank, world):
         y = reduce_scatter_to_sp(p, comm, fwd)
         assert np.array_equal(to_numpy(y), reference.reduce_scatter([to_numpy(t) for t in parts], chain=ref_fwd, **q)[rank])
         y.backward(grads[rank])
-        assert np.array_equal(to_numpy(p.grad), reference.all_gather([to_numpy(g) for g in grads], **g8)[rank])
+        assert np.array_equal(to_numpy(p.grad), reference.all_gather([to_numpy(g) for g in grads], **q)[rank])
 
         s = parts[rank][:m].clone().requires_grad_()
         z = gather_from_sp(s, comm, bwd)
-        assert np.array_equal(to_numpy(z), reference.all_gather([to_numpy(t[:m]) for t in parts], **g8)[rank])
+        assert np.array_equal(to_numpy(z), reference.all_gather([to_numpy(t[:m]) for t in parts], **q)[rank])
         full = rank_inputs(200 + call, n, torch.float32, world)
         z.backward(full[rank])
         assert np.array_equal(to_numpy(s.grad), reference.reduce_scatter([to_numpy(g) for g in full], chain=ref_bwd,

@@ -87,9 +87,10 @@ void scatter(echo::dtype t, const std::vector<const void*>& in, const std::vecto
   echo::reference::with_element_type(t, in, out, [&](const auto& i, const auto& o) { rs(i, o, n, ch); });
 }
 
+/// Q's entry gathers as echo::all_reduce<Q>::all_gather does: with Q's closing quantizer.
 template <class Q>
 void gather(echo::dtype t, const std::vector<const void*>& in, const std::vector<void*>& out, size_t m) {
-  const echo::reference::all_gather<Q> ag(static_cast<int>(in.size()));
+  const echo::reference::all_gather<echo::quant::closing_of_t<Q>> ag(static_cast<int>(in.size()));
   echo::reference::with_element_type(t, in, out, [&](const auto& i, const auto& o) { ag(i, o, m); });
 }
 
