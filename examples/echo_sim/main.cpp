@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (help) {
-    std::fputs(echo_sim::usage_text, stdout);
+    std::fputs(echo_sim::usage_text().c_str(), stdout);
     return 0;
   }
   try {

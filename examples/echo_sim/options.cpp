@@ -12,7 +12,17 @@
 
 namespace echo_sim {
 
-const char* const usage_text =
+namespace {
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ",") + n;
+  return s;
+}
+}  // namespace
+
+// The lists come from the registry, so a quantizer registered for echo-sim is in its help too.
+std::string usage_text() {
+  return std::string(
     "usage: echo-sim [flags]\n"
     "\n"
     "The depth experiment: a pre-norm tensor-parallel MLP stack with random weights, run in fp64\n"
@@ -25,13 +35,13 @@ const char* const usage_text =
     "  --width D        hidden size (default 512)\n"
     "  --tokens T       rows of the residual stream (default 16)\n"
     "  --ffn F          MLP hidden size, a multiple of P (default 4 * width)\n"
-    "  --quant LIST     comma list of the quantizers echo/registry.cuh marks tool::sim: zero_aware,\n"
-    "                   naive_zero_point,symmetric,none (default zero_aware)\n"
+    "  --quant LIST     comma list of the quantizers echo/registry.cuh marks tool::sim:\n"
+    "                   " + joined(quant_names()) + " (default zero_aware)\n"
     "  --bits LIST      code bits, comma list of 2,3,4,6,8 (default 4; ignored by quant none)\n"
     "  --group LIST     group size, comma list of 32,64,128,256 (default 128; ignored by quant none)\n"
-    "  --comp LIST      comma list of none,error_feedback (float state),ef_bf16,ef_int8,ef_int4,\n"
-    "                   ef_step8,ef_step4 (the device's state storages, built at 4 and 8 bits of the\n"
-    "                   quantizers marked tool::sim_storage: zero_aware)\n"
+    "  --comp LIST      comma list of " + joined(comp_names()) + "\n"
+    "                   (error_feedback: fp32 state; ef_*: the device's state storages, built at 4\n"
+    "                   and 8 bits of the quantizers marked tool::sim_storage: " + joined(storage_quant_names()) + ")\n"
     "                   (default none,error_feedback)\n"
     "  --collective LIST  comma list of all_reduce, reduce_scatter (sequence parallelism: the\n"
     "                   quantized reduce-scatter, then an exact all-gather of its segments, so its\n"
@@ -43,7 +53,8 @@ const char* const usage_text =
     "                   the remaining passes are pooled: sqrt(sum ||dh||^2 / sum ||h_exact||^2)\n"
     "  --branch-gain G  scale of each block's output (default 1/sqrt(depth), the scaled init)\n"
     "  --csv            also print rows depth,collective,quant,bits,group,comp,rel_rms_error\n"
-    "  --help           this text\n";
+    "  --help           this text\n");
+}
 
 namespace {
 

@@ -33,7 +33,7 @@ struct usage_error : std::runtime_error {
 };
 
 /// The --help text.
-extern const char* const usage_text;
+std::string usage_text();
 
 /// Parses argv; sets `help` (and returns the defaults) on --help. Throws usage_error.
 options parse(int argc, char** argv, bool& help);

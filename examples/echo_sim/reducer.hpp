@@ -173,5 +173,7 @@ std::unique_ptr<reducer> make_reducer(const request& r);
 /// The names --quant and --comp accept.
 std::vector<std::string> quant_names();
 std::vector<std::string> comp_names();
+/// The quantizers built with the ef_* storages too (tool::sim_storage).
+std::vector<std::string> storage_quant_names();
 
 }  // namespace echo_sim

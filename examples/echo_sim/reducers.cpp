@@ -29,6 +29,13 @@ std::vector<std::string> quant_names() {
   return v;
 }
 
+std::vector<std::string> storage_quant_names() {
+  std::vector<std::string> v;
+  echo::for_each_registered<echo::tool::sim | echo::tool::sim_storage, echo::registered_quantizers>(
+      [&](auto e, std::size_t) { v.push_back(decltype(e)::type::name); });
+  return v;
+}
+
 std::vector<std::string> comp_names() {
   std::vector<std::string> v;
   echo::for_each_registered<0u, echo::registered_compensators>([&](auto e, std::size_t) {
