@@ -13,9 +13,10 @@
 namespace echo_sim {
 
 namespace {
-std::string joined(const std::vector<std::string>& names) {
+/// names separated by sep: the help's comma lists and the usage errors' lists.
+std::string joined(const std::vector<std::string>& names, const char* sep = ",") {
   std::string s;
-  for (const std::string& n : names) s += (s.empty() ? "" : ",") + n;
+  for (const std::string& n : names) s += (s.empty() ? "" : sep) + n;
   return s;
 }
 }  // namespace
@@ -75,9 +76,7 @@ std::vector<T> parse_list(const std::string& flag, const std::string& v, F&& one
 /// s if it is one of `names`, else a usage error that lists them.
 std::string one_of(const std::string& flag, const std::string& s, const std::vector<std::string>& names) {
   if (std::find(names.begin(), names.end(), s) != names.end()) return s;
-  std::string list;
-  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-  throw usage_error(flag + ": '" + s + "' is not compiled into echo-sim (" + list + ")");
+  throw usage_error(flag + ": '" + s + "' is not compiled into echo-sim (" + joined(names, ", ") + ")");
 }
 
 long long parse_int(const std::string& flag, const std::string& v, long long lo, long long hi) {

@@ -22,19 +22,20 @@ std::unique_ptr<reducer> make_reducer(const request& r) {
                                      "reduce-scatter, whose own segments have no step)");
 }
 
-std::vector<std::string> quant_names() {
+namespace {
+/// The names of the quantizers marked with every bit of Tools.
+template <unsigned Tools>
+std::vector<std::string> quantizers_marked() {
   std::vector<std::string> v;
-  echo::for_each_registered<echo::tool::sim, echo::registered_quantizers>(
+  echo::for_each_registered<Tools, echo::registered_quantizers>(
       [&](auto e, std::size_t) { v.push_back(decltype(e)::type::name); });
   return v;
 }
+}  // namespace
 
-std::vector<std::string> storage_quant_names() {
-  std::vector<std::string> v;
-  echo::for_each_registered<echo::tool::sim | echo::tool::sim_storage, echo::registered_quantizers>(
-      [&](auto e, std::size_t) { v.push_back(decltype(e)::type::name); });
-  return v;
-}
+std::vector<std::string> quant_names() { return quantizers_marked<echo::tool::sim>(); }
+
+std::vector<std::string> storage_quant_names() { return quantizers_marked<echo::tool::sim | echo::tool::sim_storage>(); }
 
 std::vector<std::string> comp_names() {
   std::vector<std::string> v;
